@@ -1,0 +1,93 @@
+//! `clef bench TABLE INPUT [-n N] [--json]`: how fast is this table on this box?
+//!
+//! Each decision is timed on its own (input parsing included) after a
+//! warm-up; the cost of reading the clock is measured and subtracted.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::time::Instant;
+
+use crate::table::{Limits, Table};
+
+pub fn run(table_path: &Path, input_path: &Path, n: usize, json: bool) -> i32 {
+    let table = match Table::load(table_path, &Limits::default()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let body = match std::fs::read(input_path) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", input_path.display());
+            return 2;
+        }
+    };
+    if let Err(e) = table.decide(&body, false) {
+        eprintln!("error: {}: {}: {e}", e.code(), input_path.display());
+        return 2;
+    }
+    let n = n.max(1);
+    for _ in 0..(n / 10).clamp(100, 100_000) {
+        let _ = black_box(table.decide(black_box(&body), false));
+    }
+    let clock = clock_overhead_ns();
+    let mut samples = Vec::with_capacity(n);
+    let started = Instant::now();
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let _ = black_box(table.decide(black_box(&body), false));
+        samples.push((t0.elapsed().as_nanos() as f64 - clock).max(0.0));
+    }
+    let total = started.elapsed();
+    samples.sort_by(f64::total_cmp);
+    let median = samples[samples.len() / 2];
+    let p99 = samples[((samples.len() as f64 * 0.99) as usize).min(samples.len() - 1)];
+    let per_second = n as f64 / total.as_secs_f64();
+    let compile_ms = table.compile_time.as_secs_f64() * 1e3;
+    if json {
+        println!(
+            "{{\"median_ns\":{:.0},\"p99_ns\":{:.0},\"per_second\":{:.0},\"compile_ms\":{:.3},\"decisions\":{n},\"rules\":{}}}",
+            median,
+            p99,
+            per_second,
+            compile_ms,
+            table.engine.rules.len()
+        );
+    } else {
+        println!(
+            "table:      {} ({} rules, {} indexed fields)",
+            table.name,
+            table.engine.rules.len(),
+            table.engine.indexed_fields()
+        );
+        println!("compile:    {compile_ms:.2} ms");
+        println!("decisions:  {n} (input parsing included, one core)");
+        println!("median:     {}", human_ns(median));
+        println!("p99:        {}", human_ns(p99));
+        println!("per second: {per_second:.0} decisions per core");
+    }
+    0
+}
+
+fn clock_overhead_ns() -> f64 {
+    let mut v: Vec<f64> = (0..1001)
+        .map(|_| {
+            let t = Instant::now();
+            black_box(t.elapsed().as_nanos() as f64)
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn human_ns(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}

@@ -1,0 +1,49 @@
+//! `clef decide TABLE [INPUT|-] [--explain]`
+
+use std::io::Read;
+use std::path::Path;
+use std::time::SystemTime;
+
+use crate::table::{Limits, ResponseMeta, Table};
+
+pub fn run(table_path: &Path, input: Option<&Path>, explain: bool) -> i32 {
+    let table = match Table::load(table_path, &Limits::default()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let body = match read_input(input) {
+        Ok(b) => b,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return 2;
+        }
+    };
+    match table.decide(&body, explain) {
+        Ok(decision) => {
+            let mut out = String::new();
+            let meta = ResponseMeta { timestamp: SystemTime::now(), snapshot_id: None, instance: "local" };
+            table.write_decision(&decision, &meta, &mut out);
+            println!("{out}");
+            0
+        }
+        Err(e) => {
+            let from = input.map(|p| p.display().to_string()).unwrap_or_else(|| "stdin".into());
+            eprintln!("error: {}: {from}: {e}", e.code());
+            2
+        }
+    }
+}
+
+fn read_input(input: Option<&Path>) -> Result<Vec<u8>, String> {
+    match input {
+        Some(p) if p != Path::new("-") => std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display())),
+        _ => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("cannot read stdin: {e}"))?;
+            Ok(buf)
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The command line (SPEC §2): argument parsing and one module per command.
+
+mod bench;
+mod check;
+mod decide;
+pub mod tests;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// clef: decisions in microseconds, explained.
+#[derive(Debug, Parser)]
+#[command(
+    name = "clef",
+    version,
+    about = "A decision appliance: decision tables evaluated in microseconds, explained."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Evaluate one input locally and print the decision JSON.
+    Decide {
+        /// the table file
+        table: PathBuf,
+        /// the input JSON file; `-` or absent reads stdin
+        input: Option<PathBuf>,
+        /// add a trace of every rule tried
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Validate tables; print every problem as path:line:col.
+    Check {
+        /// table files or folders of tables
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Run the tests stored with tables.
+    Test {
+        /// table files or folders of tables
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// list rules that no test reaches
+        #[arg(long)]
+        coverage: bool,
+    },
+    /// Time in-process decisions of one input: median and p99 per decision.
+    Bench {
+        /// the table file
+        table: PathBuf,
+        /// the input JSON file
+        input: PathBuf,
+        /// how many timed decisions
+        #[arg(short = 'n', default_value_t = 100_000)]
+        n: usize,
+        /// print one JSON object
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the version.
+    Version,
+}
+
+/// Runs the command line; returns the exit code.
+pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match cli.command {
+        Command::Decide { table, input, explain } => decide::run(&table, input.as_deref(), explain),
+        Command::Check { paths } => check::run(&paths),
+        Command::Test { paths, coverage } => tests::run(&paths, coverage),
+        Command::Bench { table, input, n, json } => bench::run(&table, &input, n, json),
+        Command::Version => {
+            println!("clef {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+    }
+}
+
+/// Table files directly inside `dir` (not its subfolders), sorted.
+pub(crate) fn tables_in(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && crate::table::TableKind::of_path(p).is_some())
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Expands folders to the tables they hold.
+pub(crate) fn expand(paths: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            match tables_in(p) {
+                Ok(list) if list.is_empty() => out.push(Err(format!("{}: no tables in this folder", p.display()))),
+                Ok(list) => out.extend(list.into_iter().map(Ok)),
+                Err(e) => out.push(Err(format!("{}: cannot read the folder: {e}", p.display()))),
+            }
+        } else {
+            out.push(Ok(p.clone()));
+        }
+    }
+    out
+}

@@ -1,0 +1,466 @@
+//! Load-time type checks: operations that can never succeed, judged from the
+//! literals and the optional input schema (SPEC §3 "Load-time checks").
+//!
+//! Rather than keep a second copy of the typing rules, the checker runs the
+//! real operators of [`super::ops`] on one representative value per possible
+//! type: an operation is rejected when every combination fails.
+
+use bumpalo::Bump;
+use rustc_hash::FxHashMap;
+
+use super::ast::{Expr, ExprKind, Span, Step};
+use super::ops::{self, BinOp, EvalError, Func};
+use super::value::{Array, Const, Object, Type, Value};
+use super::ExprError;
+
+/// A set of possible types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TypeSet(u8);
+
+const ALL_TYPES: [Type; 7] = [Type::Nil, Type::Bool, Type::Int, Type::Float, Type::Str, Type::Array, Type::Object];
+
+impl TypeSet {
+    /// Every type.
+    pub const ANY: TypeSet = TypeSet(0x7f);
+    /// No type at all (an expression that always fails).
+    pub const NONE: TypeSet = TypeSet(0);
+
+    /// The set holding only `t`.
+    pub fn of(t: Type) -> TypeSet {
+        TypeSet(1 << (t as u8))
+    }
+
+    /// Union.
+    pub fn with(self, other: TypeSet) -> TypeSet {
+        TypeSet(self.0 | other.0)
+    }
+
+    /// Whether `t` is possible.
+    pub fn has(self, t: Type) -> bool {
+        self.0 & (1 << (t as u8)) != 0
+    }
+
+    /// The types in the set.
+    pub fn types(self) -> impl Iterator<Item = Type> {
+        ALL_TYPES.into_iter().filter(move |t| self.has(*t))
+    }
+
+    /// Parses a schema type name.
+    pub fn from_schema_name(name: &str) -> Option<TypeSet> {
+        let t = |ts: &[Type]| ts.iter().fold(TypeSet::NONE, |acc, t| acc.with(TypeSet::of(*t)));
+        Some(match name {
+            "string" => t(&[Type::Str]),
+            "number" => t(&[Type::Int, Type::Float]),
+            "integer" => t(&[Type::Int]),
+            "boolean" | "bool" => t(&[Type::Bool]),
+            "array" => t(&[Type::Array]),
+            "object" => t(&[Type::Object]),
+            "any" => TypeSet::ANY,
+            _ => return None,
+        })
+    }
+}
+
+/// The schema type names accepted, for messages.
+pub const SCHEMA_TYPE_NAMES: &str = "string, number, integer, boolean, array, object, any";
+
+/// A table's declared input fields: dotted path → possible types.
+#[derive(Clone, Debug, Default)]
+pub struct Schema {
+    /// declared paths
+    pub fields: FxHashMap<String, TypeSet>,
+}
+
+/// What the checker knows of an expression: its possible types, and its value
+/// when it is a literal.
+#[derive(Clone, Debug)]
+struct Abstract {
+    types: TypeSet,
+    value: Option<Const>,
+}
+
+impl Abstract {
+    fn any() -> Abstract {
+        Abstract { types: TypeSet::ANY, value: None }
+    }
+    fn of(types: TypeSet) -> Abstract {
+        Abstract { types, value: None }
+    }
+}
+
+const OBJ_REP: [(Box<str>, Const); 0] = [];
+const ARR_REP: [Const; 1] = [Const::Int(1)];
+
+/// One value of type `t` that no operator rejects for value-specific reasons
+/// (no zero, a string that parses as a number, a non-empty array).
+fn representative(t: Type) -> Value<'static> {
+    match t {
+        Type::Nil => Value::Nil,
+        Type::Bool => Value::Bool(true),
+        Type::Int => Value::Int(1),
+        Type::Float => Value::Float(1.5),
+        Type::Str => Value::Str("1"),
+        Type::Array => Value::Array(Array::Const(&ARR_REP)),
+        Type::Object => Value::Object(Object::Const(&OBJ_REP)),
+    }
+}
+
+/// Candidate values of an abstract operand: its literal value, or one per type.
+fn candidates<'a>(a: &'a Abstract) -> Vec<Value<'a>> {
+    match &a.value {
+        Some(c) => vec![Value::from_const(c)],
+        None => a.types.types().map(representative).collect(),
+    }
+}
+
+/// Checks `expr`; returns its possible types.
+pub fn check_expr(
+    expr: &Expr,
+    params: &FxHashMap<String, Const>,
+    schema: Option<&Schema>,
+) -> Result<TypeSet, ExprError> {
+    let checker = Checker { params, schema };
+    checker.check(expr).map(|a| a.types)
+}
+
+/// Checks a rule condition: it must be able to produce a bool.
+pub fn check_condition(
+    expr: &Expr,
+    params: &FxHashMap<String, Const>,
+    schema: Option<&Schema>,
+) -> Result<(), ExprError> {
+    let types = check_expr(expr, params, schema)?;
+    if !types.has(Type::Bool) {
+        let got: Vec<&str> = types.types().map(Type::name).collect();
+        let got = if got.is_empty() { "nothing".to_string() } else { got.join(" or ") };
+        return Err(ExprError::new(
+            expr.span,
+            format!("a condition must evaluate to a bool, but this always gives {got}"),
+        ));
+    }
+    Ok(())
+}
+
+struct Checker<'p> {
+    params: &'p FxHashMap<String, Const>,
+    schema: Option<&'p Schema>,
+}
+
+impl Checker<'_> {
+    fn check(&self, e: &Expr) -> Result<Abstract, ExprError> {
+        Ok(match &e.kind {
+            ExprKind::Nil => lit(Const::Nil),
+            ExprKind::Bool(b) => lit(Const::Bool(*b)),
+            ExprKind::Int(i) => lit(Const::Int(*i)),
+            ExprKind::Float(f) => lit(Const::Float(*f)),
+            ExprKind::Str(s) => lit(Const::Str(s.as_str().into())),
+            ExprKind::Array(items) => {
+                let mut consts = Vec::new();
+                for item in items {
+                    let a = self.check(item)?;
+                    consts.push(a.value);
+                }
+                match consts.into_iter().collect::<Option<Vec<Const>>>() {
+                    Some(v) => lit(Const::Array(v)),
+                    None => Abstract::of(TypeSet::of(Type::Array)),
+                }
+            }
+            ExprKind::Field(name) => Abstract::of(self.field_types(std::slice::from_ref(name), e.span)?),
+            ExprKind::Param(name) => match self.params.get(name) {
+                Some(c) => lit(c.clone()),
+                None => return Err(self.unknown_param(name, e.span)),
+            },
+            ExprKind::Access(base, steps) => self.access(base, steps)?,
+            ExprKind::Call(func, args) => self.call(*func, args, e.span)?,
+            ExprKind::Unary(op, x) => {
+                let a = self.check(x)?;
+                self.combine(e.span, &[&a], |v, _ar| ops::unary(*op, &v[0]))?
+            }
+            ExprKind::Binary(op, l, r) => {
+                let (a, b) = (self.check(l)?, self.check(r)?);
+                match op {
+                    BinOp::Matches | BinOp::NotMatches => {
+                        regex_literal(&b, r.span)?;
+                        self.combine(e.span, &[&a], |v, _ar| {
+                            ops::string_test(BinOp::Contains, &v[0], &Value::Str("")).map(Value::Bool)
+                        })?
+                        .map_types(|_| TypeSet::of(Type::Bool))
+                    }
+                    _ => self.combine(e.span, &[&a, &b], |v, arena| binary(*op, &v[0], &v[1], arena))?,
+                }
+            }
+            ExprKind::Chain(first, rest) => {
+                let mut acc = self.check(first)?;
+                for (op, item) in rest {
+                    let b = self.check(item)?;
+                    let span = first.span.to(item.span);
+                    acc = if *op == BinOp::Coalesce {
+                        coalesce(&acc, &b)
+                    } else {
+                        self.combine(span, &[&acc, &b], |v, arena| ops::arithmetic(*op, &v[0], &v[1], arena))?
+                    };
+                }
+                acc
+            }
+            ExprKind::Power(items) => {
+                let mut all = Vec::new();
+                for item in items {
+                    all.push(self.check(item)?);
+                }
+                let mut acc = all.pop().unwrap_or_else(Abstract::any);
+                for a in all.iter().rev() {
+                    acc =
+                        self.combine(e.span, &[a, &acc], |v, arena| ops::arithmetic(BinOp::Pow, &v[0], &v[1], arena))?;
+                }
+                acc
+            }
+            ExprKind::And(items) | ExprKind::Or(items) => {
+                let op = if matches!(e.kind, ExprKind::And(_)) { "&&" } else { "||" };
+                for item in items {
+                    let a = self.check(item)?;
+                    self.combine(item.span, &[&a], |v, _ar| ops::truth(&v[0], op).map(Value::Bool))?;
+                }
+                Abstract::of(TypeSet::of(Type::Bool))
+            }
+            ExprKind::Ternary(c, a, b) => {
+                let cond = self.check(c)?;
+                self.combine(c.span, &[&cond], |v, _ar| ops::truth(&v[0], "?:").map(Value::Bool))?;
+                let (x, y) = (self.check(a)?, self.check(b)?);
+                match cond.value {
+                    Some(Const::Bool(true)) => x,
+                    Some(Const::Bool(false)) => y,
+                    _ => Abstract::of(x.types.with(y.types)),
+                }
+            }
+        })
+    }
+
+    fn unknown_param(&self, name: &str, span: Span) -> ExprError {
+        let hint = crate::suggest::did_you_mean(name, self.params.keys().map(String::as_str))
+            .map(|s| format!("; did you mean `params.{s}`?"))
+            .unwrap_or_else(|| "; declare it under \"params\"".to_string());
+        ExprError::new(span, format!("unknown parameter `{name}`{hint}"))
+    }
+
+    /// Runs `op` over every combination of candidate operand values; fails
+    /// when all combinations fail, else returns the union of result types.
+    fn combine(
+        &self,
+        span: Span,
+        operands: &[&Abstract],
+        op: impl for<'v> Fn(&[Value<'v>], &'v Bump) -> Result<Value<'v>, EvalError>,
+    ) -> Result<Abstract, ExprError> {
+        let arena = Bump::new();
+        let lists: Vec<Vec<Value<'_>>> = operands.iter().map(|a| candidates(a)).collect();
+        let mut types = TypeSet::NONE;
+        let mut first_error = None;
+        let mut value = None;
+        let mut combos = 0usize;
+        let mut idx = vec![0usize; lists.len()];
+        if lists.iter().any(Vec::is_empty) {
+            return Ok(Abstract::any());
+        }
+        loop {
+            let args: Vec<Value<'_>> = idx.iter().zip(&lists).map(|(i, l)| l[*i]).collect();
+            combos += 1;
+            match op(&args, &arena) {
+                Ok(v) => {
+                    types = types.with(TypeSet::of(v.type_of()));
+                    value = Some(v.to_const());
+                }
+                Err(e) if is_value_error(&e) => types = TypeSet::ANY,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+            // next combination
+            let mut k = 0;
+            loop {
+                if k == idx.len() {
+                    break;
+                }
+                idx[k] += 1;
+                if idx[k] < lists[k].len() {
+                    break;
+                }
+                idx[k] = 0;
+                k += 1;
+            }
+            if k == idx.len() {
+                break;
+            }
+        }
+        if types == TypeSet::NONE {
+            if let Some(e) = first_error {
+                return Err(ExprError::new(span, format!("{e}, whatever the input")));
+            }
+        }
+        let all_literal = operands.iter().all(|a| a.value.is_some());
+        Ok(Abstract { types, value: if all_literal && combos == 1 { value } else { None } })
+    }
+
+    fn field_types(&self, path: &[String], span: Span) -> Result<TypeSet, ExprError> {
+        let Some(schema) = self.schema else { return Ok(TypeSet::ANY) };
+        let full = path.join(".");
+        if let Some(t) = schema.fields.get(&full) {
+            return Ok(t.with(TypeSet::of(Type::Nil)));
+        }
+        // A declared container above the path makes its inside free-form.
+        for n in (1..path.len()).rev() {
+            if let Some(t) = schema.fields.get(&path[..n].join(".")) {
+                if t.has(Type::Object) || t.has(Type::Array) {
+                    return Ok(TypeSet::ANY);
+                }
+                return Err(ExprError::new(
+                    span,
+                    format!(
+                        "`{}` is declared as a scalar in the schema, so `{full}` cannot exist",
+                        path[..n].join(".")
+                    ),
+                ));
+            }
+        }
+        let hint = crate::suggest::did_you_mean(&full, schema.fields.keys().map(String::as_str))
+            .map(|s| format!("; did you mean `{s}`?"))
+            .unwrap_or_else(|| "; add it to the table's \"schema\"".to_string());
+        Err(ExprError::new(span, format!("field `{full}` is not declared in the schema{hint}")))
+    }
+
+    fn access(&self, base: &Expr, steps: &[(Step, Span)]) -> Result<Abstract, ExprError> {
+        // A field path with constant steps is typed by the schema as a whole.
+        if let ExprKind::Field(root) = &base.kind {
+            let mut path = vec![root.clone()];
+            let mut constant = true;
+            for (s, _) in steps {
+                match s {
+                    Step::Member(m) => path.push(m.clone()),
+                    Step::Index(_) => {
+                        constant = false;
+                        break;
+                    }
+                }
+            }
+            for (s, _) in steps {
+                if let Step::Index(e) = s {
+                    self.check(e)?;
+                }
+            }
+            let span = base.span.to(steps.last().map(|s| s.1).unwrap_or(base.span));
+            if constant {
+                return Ok(Abstract::of(self.field_types(&path, span)?));
+            }
+            self.field_types(&path[..1], base.span)?;
+            return Ok(Abstract::any());
+        }
+        let mut acc = self.check(base)?;
+        for (step, span) in steps {
+            acc = match step {
+                Step::Member(name) => {
+                    let r = self.combine(*span, &[&acc], |v, _ar| ops::member(&v[0], name))?;
+                    if acc.value.is_some() {
+                        r
+                    } else {
+                        Abstract::any()
+                    }
+                }
+                Step::Index(e) => {
+                    let i = self.check(e)?;
+                    let r = self.combine(*span, &[&acc, &i], |v, _ar| ops::index(&v[0], &v[1]))?;
+                    if acc.value.is_some() && i.value.is_some() {
+                        r
+                    } else {
+                        Abstract::any()
+                    }
+                }
+            };
+        }
+        Ok(acc)
+    }
+
+    fn call(&self, func: Func, args: &[Expr], span: Span) -> Result<Abstract, ExprError> {
+        let mut abs = Vec::new();
+        for a in args {
+            abs.push(self.check(a)?);
+        }
+        if func == Func::Matches {
+            if let (Some(_), Some(pattern)) = (args.first(), abs.get(1)) {
+                regex_literal(pattern, args[1].span)?;
+                return self
+                    .combine(span, &[&abs[0]], |v, _ar| {
+                        ops::string_test(BinOp::Contains, &v[0], &Value::Str("")).map(Value::Bool)
+                    })
+                    .map(|a| a.map_types(|_| TypeSet::of(Type::Bool)));
+            }
+        }
+        if matches!(func, Func::Min | Func::Max) && abs.len() > 2 {
+            // Check each argument alone instead of every combination.
+            for (a, e) in abs.iter().zip(args) {
+                self.combine(e.span, &[a], |v, arena| ops::call(func, v, arena))?;
+            }
+            return Ok(Abstract::of(TypeSet::of(Type::Int).with(TypeSet::of(Type::Float))));
+        }
+        let refs: Vec<&Abstract> = abs.iter().collect();
+        self.combine(span, &refs, |v, arena| ops::call(func, v, arena))
+    }
+}
+
+impl Abstract {
+    fn map_types(self, f: impl Fn(TypeSet) -> TypeSet) -> Abstract {
+        Abstract { types: f(self.types), value: None }
+    }
+}
+
+fn lit(c: Const) -> Abstract {
+    let types = TypeSet::of(Value::from_const(&c).type_of());
+    Abstract { types, value: Some(c) }
+}
+
+fn coalesce(a: &Abstract, b: &Abstract) -> Abstract {
+    match &a.value {
+        Some(Const::Nil) => b.clone(),
+        Some(_) => a.clone(),
+        None => {
+            let mut t = TypeSet(a.types.0 & !TypeSet::of(Type::Nil).0);
+            if a.types.has(Type::Nil) {
+                t = t.with(b.types);
+            }
+            Abstract::of(t)
+        }
+    }
+}
+
+/// Errors that depend on the value, not the type (the checker cannot know them).
+fn is_value_error(e: &EvalError) -> bool {
+    matches!(
+        e,
+        EvalError::Overflow { .. }
+            | EvalError::DivisionByZero { .. }
+            | EvalError::NotANumber { .. }
+            | EvalError::Empty { .. }
+    )
+}
+
+/// Comparison-level operators other than the regex ones.
+fn binary<'a>(op: BinOp, a: &Value<'a>, b: &Value<'a>, arena: &'a Bump) -> Result<Value<'a>, EvalError> {
+    let _ = arena;
+    match op {
+        BinOp::Eq => Ok(Value::Bool(ops::equals(a, b))),
+        BinOp::Ne => Ok(Value::Bool(!ops::equals(a, b))),
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => ops::compare(op, a, b).map(Value::Bool),
+        BinOp::In => ops::contains_member(a, b).map(Value::Bool),
+        BinOp::NotIn => ops::contains_member(a, b).map(|x| Value::Bool(!x)),
+        BinOp::Contains | BinOp::StartsWith | BinOp::EndsWith => ops::string_test(op, a, b).map(Value::Bool),
+        _ => Err(EvalError::Operands { op: op.symbol(), left: a.type_of(), right: b.type_of() }),
+    }
+}
+
+/// The pattern of `matches` / `~` / `!~` must be a string literal.
+fn regex_literal(pattern: &Abstract, span: Span) -> Result<(), ExprError> {
+    match &pattern.value {
+        Some(Const::Str(_)) => Ok(()),
+        _ => Err(ExprError::new(
+            span,
+            "the pattern of `matches`/`~`/`!~` must be a string literal, compiled once when the table loads".into(),
+        )),
+    }
+}

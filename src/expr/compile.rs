@@ -1,0 +1,561 @@
+//! Compiles checked syntax trees into the shared [`Program`] of a table.
+
+use bumpalo::Bump;
+use memchr::memmem::Finder;
+use regex::{RegexBuilder, RegexSetBuilder};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::ast::{Expr, ExprKind, Span, Step};
+use super::eval::{self, Ctx};
+use super::ir::{AccessStep, ConstSet, Node, PathSeg, PatternGroup};
+use super::ops::{BinOp, Func};
+use super::value::{Const, Value};
+use super::ExprError;
+
+/// Lists of literals longer than this are hashed for `in`.
+const HASHED_SET_MIN: usize = 12;
+/// A subject with at least this many substring/regex tests gets one shared pass.
+const PATTERN_GROUP_MIN: usize = 4;
+/// Default cap on one regex's compiled size (bytes), as the regex crate counts it.
+pub const DEFAULT_REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// The compiled conditions of one table, sharing slots, memos and pattern groups.
+#[derive(Debug, Default)]
+pub struct Program {
+    /// every input path read, by slot number
+    pub paths: Vec<Vec<PathSeg>>,
+    /// top-level key → slot of the one-segment path
+    pub roots: FxHashMap<Box<str>, u32>,
+    /// slots with more than one segment: (slot, slot of the first segment)
+    pub nested: Vec<(u32, u32)>,
+    /// shared sub-expressions
+    pub memos: Vec<Node>,
+    /// shared pattern passes
+    pub groups: Vec<PatternGroup>,
+    /// the compiled expressions, in the order given
+    pub exprs: Vec<Node>,
+}
+
+/// Compiles `exprs` (already checked) into one program. On error, returns
+/// the index of the failing expression with its error.
+pub fn compile_program(
+    exprs: &[&Expr],
+    params: &FxHashMap<String, Const>,
+    regex_size_limit: usize,
+) -> Result<Program, (usize, ExprError)> {
+    let mut counts: FxHashMap<String, usize> = FxHashMap::default();
+    for e in exprs {
+        count_calls(e, &mut counts);
+    }
+    let mut c = Compiler {
+        program: Program::default(),
+        params,
+        slot_ids: FxHashMap::default(),
+        memo_ids: FxHashMap::default(),
+        shared: counts.into_iter().filter(|(_, n)| *n >= 2).map(|(k, _)| k).collect(),
+        regex_size_limit,
+    };
+    for (i, e) in exprs.iter().enumerate() {
+        let node = c.compile(e).map_err(|err| (i, err))?;
+        c.program.exprs.push(node);
+    }
+    let mut program = c.program;
+    build_pattern_groups(&mut program);
+    Ok(program)
+}
+
+struct Compiler<'p> {
+    program: Program,
+    params: &'p FxHashMap<String, Const>,
+    slot_ids: FxHashMap<Vec<PathSeg>, u32>,
+    memo_ids: FxHashMap<String, u32>,
+    shared: FxHashSet<String>,
+    regex_size_limit: usize,
+}
+
+impl Compiler<'_> {
+    fn slot(&mut self, path: Vec<PathSeg>) -> u32 {
+        if let Some(id) = self.slot_ids.get(&path) {
+            return *id;
+        }
+        let root = if path.len() > 1 { Some(self.slot(path[..1].to_vec())) } else { None };
+        let id = self.program.paths.len() as u32;
+        self.program.paths.push(path.clone());
+        match (root, &path[0]) {
+            (Some(r), _) => self.program.nested.push((id, r)),
+            (None, PathSeg::Key(k)) => {
+                self.program.roots.insert(k.clone(), id);
+            }
+            (None, PathSeg::Index(_)) => {}
+        }
+        self.slot_ids.insert(path, id);
+        id
+    }
+
+    fn fold(&self, node: Node, span: Span) -> Result<Node, ExprError> {
+        let arena = Bump::new();
+        let empty = Program::default();
+        let mut cx = Ctx::new(&empty, &arena);
+        match eval::eval(&node, &mut cx) {
+            Ok(v) => Ok(Node::Const(v.to_const())),
+            Err(e) => Err(ExprError::new(span, format!("this always fails: {e}"))),
+        }
+    }
+
+    fn compile(&mut self, e: &Expr) -> Result<Node, ExprError> {
+        let node = match &e.kind {
+            ExprKind::Nil => Node::Const(Const::Nil),
+            ExprKind::Bool(b) => Node::Const(Const::Bool(*b)),
+            ExprKind::Int(i) => Node::Const(Const::Int(*i)),
+            ExprKind::Float(f) => Node::Const(Const::Float(*f)),
+            ExprKind::Str(s) => Node::Const(Const::Str(s.as_str().into())),
+            ExprKind::Array(items) => {
+                let nodes = self.compile_all(items)?;
+                if all_const(&nodes) {
+                    Node::Const(Const::Array(nodes.into_iter().map(into_const).collect()))
+                } else {
+                    Node::Array(nodes)
+                }
+            }
+            ExprKind::Field(name) => Node::Slot(self.slot(vec![PathSeg::Key(name.as_str().into())])),
+            ExprKind::Param(name) => match self.params.get(name) {
+                Some(c) => Node::Const(c.clone()),
+                None => return Err(ExprError::new(e.span, format!("unknown parameter `{name}`"))),
+            },
+            ExprKind::Access(base, steps) => return self.access(base, steps, e.span),
+            ExprKind::Call(func, args) => return self.call(*func, args, e),
+            ExprKind::Unary(op, x) => {
+                let x = self.compile(x)?;
+                let constant = is_const(&x);
+                let node = Node::Unary(*op, Box::new(x));
+                return if constant { self.fold(node, e.span) } else { Ok(node) };
+            }
+            ExprKind::Binary(op, l, r) => return self.binary(*op, l, r, e.span),
+            ExprKind::Chain(first, rest) => {
+                let first = self.compile(first)?;
+                let mut items = Vec::new();
+                for (op, item) in rest {
+                    items.push((*op, self.compile(item)?));
+                }
+                let constant = is_const(&first) && items.iter().all(|(_, n)| is_const(n));
+                let node = Node::Chain(Box::new(first), items);
+                return if constant { self.fold(node, e.span) } else { Ok(node) };
+            }
+            ExprKind::Power(items) => {
+                let nodes = self.compile_all(items)?;
+                let constant = all_const(&nodes);
+                let node = Node::Power(nodes);
+                return if constant { self.fold(node, e.span) } else { Ok(node) };
+            }
+            ExprKind::And(items) | ExprKind::Or(items) => {
+                let is_and = matches!(e.kind, ExprKind::And(_));
+                let nodes = self.compile_all(items)?;
+                // A leading constant that decides the result makes the rest unreachable.
+                if let Some(Node::Const(Const::Bool(b))) = nodes.first() {
+                    if *b != is_and {
+                        return Ok(Node::Const(Const::Bool(*b)));
+                    }
+                }
+                let constant = all_const(&nodes);
+                let node = if is_and { Node::And(nodes) } else { Node::Or(nodes) };
+                return if constant { self.fold(node, e.span) } else { Ok(node) };
+            }
+            ExprKind::Ternary(c, a, b) => {
+                let cond = self.compile(c)?;
+                if let Node::Const(Const::Bool(pick)) = cond {
+                    return if pick { self.compile(a) } else { self.compile(b) };
+                }
+                let (a, b) = (self.compile(a)?, self.compile(b)?);
+                let constant = is_const(&cond);
+                let node = Node::Ternary(Box::new(cond), Box::new(a), Box::new(b));
+                return if constant { self.fold(node, e.span) } else { Ok(node) };
+            }
+        };
+        Ok(node)
+    }
+
+    fn compile_all(&mut self, items: &[Expr]) -> Result<Vec<Node>, ExprError> {
+        items.iter().map(|i| self.compile(i)).collect()
+    }
+
+    fn access(&mut self, base: &Expr, steps: &[(Step, Span)], span: Span) -> Result<Node, ExprError> {
+        let mut compiled = Vec::with_capacity(steps.len());
+        for (s, _) in steps {
+            compiled.push(match s {
+                Step::Member(m) => AccessStep::Member(m.as_str().into()),
+                Step::Index(e) => AccessStep::Index(self.compile(e)?),
+            });
+        }
+        // The longest constant prefix of a field path becomes one slot.
+        if let ExprKind::Field(root) = &base.kind {
+            let mut path = vec![PathSeg::Key(root.as_str().into())];
+            let mut used = 0;
+            for step in &compiled {
+                let seg = match step {
+                    AccessStep::Member(m) => PathSeg::Key(m.clone()),
+                    AccessStep::Index(Node::Const(Const::Int(i))) => PathSeg::Index(*i),
+                    AccessStep::Index(Node::Const(Const::Str(s))) => PathSeg::Key(s.clone()),
+                    AccessStep::Index(_) => break,
+                };
+                path.push(seg);
+                used += 1;
+            }
+            let slot = Node::Slot(self.slot(path));
+            let rest: Vec<AccessStep> = compiled.into_iter().skip(used).collect();
+            return Ok(if rest.is_empty() { slot } else { Node::Access(Box::new(slot), rest) });
+        }
+        let base = self.compile(base)?;
+        let constant = is_const(&base)
+            && compiled.iter().all(|s| match s {
+                AccessStep::Member(_) => true,
+                AccessStep::Index(n) => is_const(n),
+            });
+        let node = Node::Access(Box::new(base), compiled);
+        if constant {
+            self.fold(node, span)
+        } else {
+            Ok(node)
+        }
+    }
+
+    fn regex(&self, pattern: &Expr) -> Result<regex::Regex, ExprError> {
+        let ExprKind::Str(p) = &pattern.kind else {
+            return Err(ExprError::new(pattern.span, "the pattern must be a string literal".into()));
+        };
+        RegexBuilder::new(p).size_limit(self.regex_size_limit).build().map_err(|err| {
+            let detail = match &err {
+                regex::Error::Syntax(s) => s.lines().last().unwrap_or("").trim_start_matches("error: ").to_string(),
+                regex::Error::CompiledTooBig(n) => format!("it compiles to more than {n} bytes"),
+                other => other.to_string(),
+            };
+            ExprError::new(pattern.span, format!("invalid regex {}: {detail}", quote(p)))
+        })
+    }
+
+    fn call(&mut self, func: Func, args: &[Expr], e: &Expr) -> Result<Node, ExprError> {
+        if func == Func::Matches {
+            let subject = self.compile(&args[0])?;
+            let regex = self.regex(&args[1])?;
+            return Ok(Node::Regex { operand: Box::new(subject), regex, negate: false });
+        }
+        let key = canonical(e);
+        if let Some(id) = self.memo_ids.get(&key) {
+            return Ok(Node::Memo(*id));
+        }
+        let nodes = self.compile_all(args)?;
+        if all_const(&nodes) {
+            return self.fold(Node::Call(func, nodes), e.span);
+        }
+        let node = match (func, nodes.as_slice()) {
+            (Func::Contains | Func::StartsWith | Func::EndsWith, [_, Node::Const(Const::Str(_))]) => {
+                let mut it = nodes.into_iter();
+                let operand = it.next().unwrap_or(Node::Const(Const::Nil));
+                let Some(Node::Const(Const::Str(needle))) = it.next() else { unreachable_node() };
+                let op = match func {
+                    Func::Contains => BinOp::Contains,
+                    Func::StartsWith => BinOp::StartsWith,
+                    _ => BinOp::EndsWith,
+                };
+                str_test(op, operand, needle)
+            }
+            _ => Node::Call(func, nodes),
+        };
+        if self.shared.contains(&key) {
+            let id = self.program.memos.len() as u32;
+            self.program.memos.push(node);
+            self.memo_ids.insert(key, id);
+            return Ok(Node::Memo(id));
+        }
+        Ok(node)
+    }
+
+    fn binary(&mut self, op: BinOp, l: &Expr, r: &Expr, span: Span) -> Result<Node, ExprError> {
+        let left = self.compile(l)?;
+        if matches!(op, BinOp::Matches | BinOp::NotMatches) {
+            let regex = self.regex(r)?;
+            return Ok(Node::Regex { operand: Box::new(left), regex, negate: op == BinOp::NotMatches });
+        }
+        let right = self.compile(r)?;
+        if is_const(&left) && is_const(&right) {
+            return self.fold(Node::Compare(op, Box::new(left), Box::new(right)), span);
+        }
+        Ok(match (op, left, right) {
+            (BinOp::Eq | BinOp::Ne, operand, Node::Const(value))
+            | (BinOp::Eq | BinOp::Ne, Node::Const(value), operand) => {
+                Node::EqConst { operand: Box::new(operand), value, negate: op == BinOp::Ne }
+            }
+            (BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge, operand, Node::Const(value)) => {
+                Node::CmpConst { operand: Box::new(operand), op, value }
+            }
+            (BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge, Node::Const(value), operand) => {
+                Node::CmpConst { operand: Box::new(operand), op: mirror(op), value }
+            }
+            (BinOp::In | BinOp::NotIn, operand, Node::Const(Const::Array(items))) => {
+                let strings = (items.len() >= HASHED_SET_MIN).then(|| {
+                    items
+                        .iter()
+                        .filter_map(|c| match c {
+                            Const::Str(s) => Some(s.clone()),
+                            _ => None,
+                        })
+                        .collect()
+                });
+                Node::InSet {
+                    operand: Box::new(operand),
+                    set: Box::new(ConstSet { items, strings }),
+                    negate: op == BinOp::NotIn,
+                }
+            }
+            (BinOp::Contains | BinOp::StartsWith | BinOp::EndsWith, operand, Node::Const(Const::Str(needle))) => {
+                str_test(op, operand, needle)
+            }
+            (op, left, right) => Node::Compare(op, Box::new(left), Box::new(right)),
+        })
+    }
+}
+
+/// `c < x` is `x > c`: same truth, same errors (both sides are checked alike).
+fn mirror(op: BinOp) -> BinOp {
+    match op {
+        BinOp::Lt => BinOp::Gt,
+        BinOp::Le => BinOp::Ge,
+        BinOp::Gt => BinOp::Lt,
+        BinOp::Ge => BinOp::Le,
+        other => other,
+    }
+}
+
+fn unreachable_node() -> ! {
+    unreachable!("matched a constant string argument just above")
+}
+
+fn str_test(op: BinOp, operand: Node, needle: Box<str>) -> Node {
+    let finder = Box::new(Finder::new(needle.as_bytes()).into_owned());
+    Node::StrTest { operand: Box::new(operand), op, needle, finder }
+}
+
+fn quote(s: &str) -> String {
+    let mut out = String::new();
+    super::value::write_json_string(s, &mut out);
+    out
+}
+
+fn is_const(n: &Node) -> bool {
+    matches!(n, Node::Const(_))
+}
+
+fn all_const(nodes: &[Node]) -> bool {
+    nodes.iter().all(is_const)
+}
+
+fn into_const(n: Node) -> Const {
+    match n {
+        Node::Const(c) => c,
+        _ => Const::Nil,
+    }
+}
+
+/// A span-free rendering of an expression, equal for equal sub-expressions.
+fn canonical(e: &Expr) -> String {
+    format!("{:?}", StripSpans(e))
+}
+
+struct StripSpans<'e>(&'e Expr);
+
+impl std::fmt::Debug for StripSpans<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = self.0;
+        match &e.kind {
+            ExprKind::Access(base, steps) => {
+                write!(f, "Access({:?}", StripSpans(base))?;
+                for (s, _) in steps {
+                    match s {
+                        Step::Member(m) => write!(f, ".{m:?}")?,
+                        Step::Index(i) => write!(f, "[{:?}]", StripSpans(i))?,
+                    }
+                }
+                write!(f, ")")
+            }
+            ExprKind::Chain(first, rest) => {
+                write!(f, "Chain({:?}", StripSpans(first))?;
+                for (op, i) in rest {
+                    write!(f, " {op:?} {:?}", StripSpans(i))?;
+                }
+                write!(f, ")")
+            }
+            ExprKind::Call(func, args) => {
+                write!(f, "{func:?}(")?;
+                for a in args {
+                    write!(f, "{:?},", StripSpans(a))?;
+                }
+                write!(f, ")")
+            }
+            ExprKind::Unary(op, x) => write!(f, "{op:?}({:?})", StripSpans(x)),
+            ExprKind::Binary(op, a, b) => write!(f, "{op:?}({:?},{:?})", StripSpans(a), StripSpans(b)),
+            ExprKind::Ternary(c, a, b) => {
+                write!(f, "If({:?},{:?},{:?})", StripSpans(c), StripSpans(a), StripSpans(b))
+            }
+            ExprKind::Array(items) | ExprKind::Power(items) | ExprKind::And(items) | ExprKind::Or(items) => {
+                let tag = match &e.kind {
+                    ExprKind::Array(_) => "Arr",
+                    ExprKind::Power(_) => "Pow",
+                    ExprKind::And(_) => "And",
+                    _ => "Or",
+                };
+                write!(f, "{tag}[")?;
+                for i in items {
+                    write!(f, "{:?},", StripSpans(i))?;
+                }
+                write!(f, "]")
+            }
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+/// Counts calls by canonical form, to find those worth computing once.
+fn count_calls(e: &Expr, counts: &mut FxHashMap<String, usize>) {
+    if let ExprKind::Call(func, _) = &e.kind {
+        if *func != Func::Matches {
+            *counts.entry(canonical(e)).or_default() += 1;
+        }
+    }
+    for c in e.children() {
+        count_calls(c, counts);
+    }
+}
+
+/// Which pattern test a node is, keyed by its subject.
+fn pattern_of(node: &Node) -> Option<((u8, u32), String)> {
+    let (operand, pattern) = match node {
+        Node::Regex { operand, regex, .. } => (operand, regex.as_str().to_string()),
+        Node::StrTest { operand, op: BinOp::Contains, needle, .. } => (operand, regex::escape(needle)),
+        _ => return None,
+    };
+    let subject = match **operand {
+        Node::Slot(s) => (0, s),
+        Node::Memo(m) => (1, m),
+        _ => return None,
+    };
+    Some((subject, pattern))
+}
+
+fn visit_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
+    f(node);
+    match node {
+        Node::Const(_) | Node::Slot(_) | Node::Memo(_) => {}
+        Node::Array(items) | Node::Power(items) | Node::And(items) | Node::Or(items) | Node::Call(_, items) => {
+            items.iter_mut().for_each(|n| visit_mut(n, f))
+        }
+        Node::Access(base, steps) => {
+            visit_mut(base, f);
+            for s in steps {
+                if let AccessStep::Index(n) = s {
+                    visit_mut(n, f);
+                }
+            }
+        }
+        Node::Unary(_, x)
+        | Node::EqConst { operand: x, .. }
+        | Node::CmpConst { operand: x, .. }
+        | Node::InSet { operand: x, .. }
+        | Node::StrTest { operand: x, .. }
+        | Node::Regex { operand: x, .. }
+        | Node::PatternHit { operand: x, .. } => visit_mut(x, f),
+        Node::Compare(_, a, b) => {
+            visit_mut(a, f);
+            visit_mut(b, f);
+        }
+        Node::Chain(first, rest) => {
+            visit_mut(first, f);
+            rest.iter_mut().for_each(|(_, n)| visit_mut(n, f));
+        }
+        Node::Ternary(c, a, b) => {
+            visit_mut(c, f);
+            visit_mut(a, f);
+            visit_mut(b, f);
+        }
+    }
+}
+
+/// Groups the substring and regex tests of each subject into one `RegexSet`.
+fn build_pattern_groups(program: &mut Program) {
+    let mut by_subject: FxHashMap<(u8, u32), Vec<String>> = FxHashMap::default();
+    let mut collect = |n: &mut Node| {
+        if let Some((subject, pattern)) = pattern_of(n) {
+            let list = by_subject.entry(subject).or_default();
+            if !list.contains(&pattern) {
+                list.push(pattern);
+            }
+        }
+    };
+    for n in program.exprs.iter_mut().chain(program.memos.iter_mut()) {
+        visit_mut(n, &mut collect);
+    }
+    let mut groups: FxHashMap<(u8, u32), (u32, Vec<String>)> = FxHashMap::default();
+    for (subject, patterns) in by_subject {
+        if patterns.len() < PATTERN_GROUP_MIN {
+            continue;
+        }
+        let Ok(set) = RegexSetBuilder::new(&patterns).size_limit(64 << 20).dfa_size_limit(16 << 20).build() else {
+            continue; // too big to share: the tests stay individual
+        };
+        let id = program.groups.len() as u32;
+        program.groups.push(PatternGroup { set });
+        groups.insert(subject, (id, patterns));
+    }
+    if groups.is_empty() {
+        return;
+    }
+    let mut rewrite = |n: &mut Node| {
+        let Some((subject, pattern)) = pattern_of(n) else { return };
+        let Some((group, patterns)) = groups.get(&subject) else { return };
+        let Some(index) = patterns.iter().position(|p| *p == pattern) else { return };
+        let old = std::mem::replace(n, Node::Const(Const::Nil));
+        let (operand, op) = match old {
+            Node::Regex { operand, negate, .. } => (operand, if negate { BinOp::NotMatches } else { BinOp::Matches }),
+            Node::StrTest { operand, .. } => (operand, BinOp::Contains),
+            other => {
+                *n = other;
+                return;
+            }
+        };
+        *n = Node::PatternHit { operand, group: *group, index: index as u32, op };
+    };
+    for n in program.exprs.iter_mut().chain(program.memos.iter_mut()) {
+        visit_mut(n, &mut rewrite);
+    }
+}
+
+impl Program {
+    /// Reads the input's fields into slots.
+    pub fn fill_slots<'a>(&'a self, root: &Value<'a>) -> Vec<eval::SlotValue<'a>> {
+        let mut slots: Vec<eval::SlotValue<'a>> = vec![Ok(Value::Nil); self.paths.len()];
+        if let Value::Object(o) = root {
+            for (k, v) in o.iter() {
+                if let Some(&s) = self.roots.get(k) {
+                    slots[s as usize] = Ok(v);
+                }
+            }
+        }
+        for &(slot, root_slot) in &self.nested {
+            let start = slots[root_slot as usize];
+            slots[slot as usize] = start.and_then(|v| descend(v, &self.paths[slot as usize][1..]));
+        }
+        slots
+    }
+}
+
+/// Follows path segments from `v` with the language's member/index rules.
+pub fn descend<'a>(mut v: Value<'a>, segs: &[PathSeg]) -> Result<Value<'a>, super::ops::EvalError> {
+    for seg in segs {
+        v = match seg {
+            PathSeg::Key(k) => match v {
+                Value::Array(_) => super::ops::index(&v, &Value::Str(k))?,
+                _ => super::ops::member(&v, k)?,
+            },
+            PathSeg::Index(i) => super::ops::index(&v, &Value::Int(*i))?,
+        };
+    }
+    Ok(v)
+}

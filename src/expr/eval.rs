@@ -1,0 +1,257 @@
+//! The optimized evaluator: runs compiled [`Node`]s against one decision's slots.
+
+use bumpalo::Bump;
+
+use super::compile::Program;
+use super::ir::{AccessStep, Node};
+use super::ops::{self, BinOp, EvalError, EvalResult};
+use super::value::{Array, Const, Value};
+
+/// A slot's content: the field's value, or why reading the path failed
+/// (e.g. `x.y` where `x` is a number).
+pub type SlotValue<'a> = Result<Value<'a>, EvalError>;
+
+/// Everything one decision's evaluation needs; cheap to create.
+pub struct Ctx<'a> {
+    program: &'a Program,
+    /// the input's fields, by slot
+    pub slots: Vec<SlotValue<'a>>,
+    memos: Vec<Option<EvalResult<'a>>>,
+    groups: Vec<Option<regex::SetMatches>>,
+    /// where computed strings and arrays live until the decision ends
+    pub arena: &'a Bump,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context with every slot nil (used for folding constants).
+    pub fn new(program: &'a Program, arena: &'a Bump) -> Ctx<'a> {
+        Ctx::with_slots(program, arena, vec![Ok(Value::Nil); program.paths.len()])
+    }
+
+    /// A context over the slots read from an input.
+    pub fn with_slots(program: &'a Program, arena: &'a Bump, slots: Vec<SlotValue<'a>>) -> Ctx<'a> {
+        let memos = if program.memos.is_empty() { Vec::new() } else { vec![None; program.memos.len()] };
+        let groups = if program.groups.is_empty() { Vec::new() } else { vec![None; program.groups.len()] };
+        Ctx { program, slots, memos, groups, arena }
+    }
+
+    /// Forgets memoized values (after slots were changed by hand).
+    pub fn clear_memos(&mut self) {
+        self.memos.iter_mut().for_each(|m| *m = None);
+        self.groups.iter_mut().for_each(|g| *g = None);
+    }
+
+    fn memo(&mut self, id: u32) -> EvalResult<'a> {
+        if let Some(Some(v)) = self.memos.get(id as usize) {
+            return *v;
+        }
+        let program = self.program;
+        let r = match program.memos.get(id as usize) {
+            Some(node) => eval(node, self),
+            None => Ok(Value::Nil),
+        };
+        if let Some(slot) = self.memos.get_mut(id as usize) {
+            *slot = Some(r);
+        }
+        r
+    }
+
+    fn pattern_hit(&mut self, group: u32, index: u32, subject: &'a str) -> bool {
+        let g = group as usize;
+        if self.groups.get(g).is_some_and(Option::is_none) {
+            let program = self.program;
+            if let Some(pg) = program.groups.get(g) {
+                self.groups[g] = Some(pg.set.matches(subject));
+            }
+        }
+        self.groups.get(g).and_then(Option::as_ref).is_some_and(|m| m.matched(index as usize))
+    }
+}
+
+/// Evaluates a node. Never panics; failures are [`EvalError`]s.
+pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
+    match node {
+        Node::Const(c) => Ok(Value::from_const(c)),
+        Node::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
+        Node::Memo(m) => cx.memo(*m),
+        Node::EqConst { operand, value, negate } => {
+            let v = eval(operand, cx)?;
+            Ok(Value::Bool(ops::equals(&v, &Value::from_const(value)) != *negate))
+        }
+        Node::CmpConst { operand, op, value } => {
+            let v = eval(operand, cx)?;
+            ops::compare(*op, &v, &Value::from_const(value)).map(Value::Bool)
+        }
+        Node::InSet { operand, set, negate } => {
+            let v = eval(operand, cx)?;
+            let found = match (&set.strings, v) {
+                (Some(strings), Value::Str(s)) => strings.contains(s),
+                _ => set.items.iter().any(|c| ops::equals(&v, &Value::from_const(c))),
+            };
+            Ok(Value::Bool(found != *negate))
+        }
+        Node::StrTest { operand, op, needle, finder } => {
+            let v = eval(operand, cx)?;
+            match (v, op) {
+                (Value::Str(s), BinOp::Contains) => Ok(Value::Bool(finder.find(s.as_bytes()).is_some())),
+                _ => ops::string_test(*op, &v, &Value::Str(needle)).map(Value::Bool),
+            }
+        }
+        Node::Regex { operand, regex, negate } => {
+            let v = eval(operand, cx)?;
+            let op = if *negate { BinOp::NotMatches } else { BinOp::Matches };
+            ops::regex_test(op, &v, regex).map(Value::Bool)
+        }
+        Node::PatternHit { operand, group, index, op } => match eval(operand, cx)? {
+            Value::Str(s) => Ok(Value::Bool(cx.pattern_hit(*group, *index, s) != (*op == BinOp::NotMatches))),
+            other => {
+                Err(EvalError::Operands { op: op.symbol(), left: other.type_of(), right: super::value::Type::Str })
+            }
+        },
+        Node::And(items) => {
+            for item in items {
+                if !ops::truth(&eval(item, cx)?, "&&")? {
+                    return Ok(Value::Bool(false));
+                }
+            }
+            Ok(Value::Bool(true))
+        }
+        Node::Or(items) => {
+            for item in items {
+                if ops::truth(&eval(item, cx)?, "||")? {
+                    return Ok(Value::Bool(true));
+                }
+            }
+            Ok(Value::Bool(false))
+        }
+        Node::Unary(op, x) => {
+            let v = eval(x, cx)?;
+            ops::unary(*op, &v)
+        }
+        Node::Compare(op, a, b) => {
+            let x = eval(a, cx)?;
+            let y = eval(b, cx)?;
+            compare_values(*op, &x, &y)
+        }
+        Node::Chain(first, rest) => {
+            let mut acc = eval(first, cx)?;
+            for (op, item) in rest {
+                acc = if *op == BinOp::Coalesce {
+                    if matches!(acc, Value::Nil) {
+                        eval(item, cx)?
+                    } else {
+                        acc
+                    }
+                } else {
+                    let y = eval(item, cx)?;
+                    ops::arithmetic(*op, &acc, &y, cx.arena)?
+                };
+            }
+            Ok(acc)
+        }
+        Node::Power(items) => {
+            let mut values = Vec::with_capacity(items.len());
+            for item in items {
+                values.push(eval(item, cx)?);
+            }
+            let mut acc = values.pop().unwrap_or(Value::Nil);
+            while let Some(base) = values.pop() {
+                acc = ops::arithmetic(BinOp::Pow, &base, &acc, cx.arena)?;
+            }
+            Ok(acc)
+        }
+        Node::Ternary(c, a, b) => {
+            if ops::truth(&eval(c, cx)?, "?:")? {
+                eval(a, cx)
+            } else {
+                eval(b, cx)
+            }
+        }
+        Node::Array(items) => {
+            let mut values = bumpalo::collections::Vec::with_capacity_in(items.len(), cx.arena);
+            for item in items {
+                values.push(eval(item, cx)?);
+            }
+            Ok(Value::Array(Array::Values(values.into_bump_slice())))
+        }
+        Node::Access(base, steps) => {
+            let mut v = eval(base, cx)?;
+            for step in steps {
+                v = match step {
+                    AccessStep::Member(name) => match v {
+                        Value::Array(_) => ops::index(&v, &Value::Str(name))?,
+                        _ => ops::member(&v, name)?,
+                    },
+                    AccessStep::Index(i) => {
+                        let i = eval(i, cx)?;
+                        ops::index(&v, &i)?
+                    }
+                };
+            }
+            Ok(v)
+        }
+        Node::Call(func, args) => {
+            let mut values: smallvec_args::Args<'a> = smallvec_args::Args::new();
+            for a in args {
+                values.push(eval(a, cx)?);
+            }
+            ops::call(*func, values.as_slice(), cx.arena)
+        }
+    }
+}
+
+/// Comparison-level operators on two computed values.
+pub fn compare_values<'a>(op: BinOp, x: &Value<'a>, y: &Value<'a>) -> EvalResult<'a> {
+    let b = match op {
+        BinOp::Eq => ops::equals(x, y),
+        BinOp::Ne => !ops::equals(x, y),
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => ops::compare(op, x, y)?,
+        BinOp::In => ops::contains_member(x, y)?,
+        BinOp::NotIn => !ops::contains_member(x, y)?,
+        BinOp::Contains | BinOp::StartsWith | BinOp::EndsWith => ops::string_test(op, x, y)?,
+        _ => return Err(EvalError::Operands { op: op.symbol(), left: x.type_of(), right: y.type_of() }),
+    };
+    Ok(Value::Bool(b))
+}
+
+/// Function arguments without a heap allocation for the common short lists.
+mod smallvec_args {
+    use super::Value;
+
+    pub struct Args<'a> {
+        inline: [Value<'a>; 3],
+        len: usize,
+        spill: Vec<Value<'a>>,
+    }
+
+    impl<'a> Args<'a> {
+        pub fn new() -> Args<'a> {
+            Args { inline: [Value::Nil; 3], len: 0, spill: Vec::new() }
+        }
+
+        pub fn push(&mut self, v: Value<'a>) {
+            if self.len < 3 && self.spill.is_empty() {
+                self.inline[self.len] = v;
+                self.len += 1;
+            } else {
+                if self.spill.is_empty() {
+                    self.spill.extend_from_slice(&self.inline[..self.len]);
+                }
+                self.spill.push(v);
+            }
+        }
+
+        pub fn as_slice(&self) -> &[Value<'a>] {
+            if self.spill.is_empty() {
+                &self.inline[..self.len]
+            } else {
+                &self.spill
+            }
+        }
+    }
+}
+
+/// A constant as a value (re-exported for the index).
+pub fn const_value(c: &Const) -> Value<'_> {
+    Value::from_const(c)
+}

@@ -1,0 +1,132 @@
+//! The expression language of conditions (SPEC §3): lexer, parser, load-time
+//! checks, compiler, evaluators and diagnostics.
+//!
+//! A condition goes `text → tokens → Expr (positions) → check → Node (slots,
+//! folded constants, sets, finders, regexes) → eval`. Everything before
+//! `eval` runs once when a table loads.
+
+pub mod ast;
+pub mod check;
+pub mod compile;
+pub mod eval;
+pub mod ir;
+pub mod lexer;
+pub mod ops;
+pub mod parser;
+pub mod reference;
+pub mod value;
+
+use std::fmt;
+
+use bumpalo::Bump;
+use rustc_hash::FxHashMap;
+
+pub use ast::{Expr, Span};
+pub use check::{Schema, TypeSet};
+pub use compile::Program;
+pub use ops::EvalError;
+pub use value::{Const, Type, Value};
+
+/// A load-time problem in one condition, with its byte range in the condition text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExprError {
+    /// where in the condition
+    pub span: Span,
+    /// what is wrong and, where possible, how to fix it
+    pub message: String,
+}
+
+impl ExprError {
+    /// A new error.
+    pub fn new(span: Span, message: String) -> ExprError {
+        ExprError { span, message }
+    }
+}
+
+impl fmt::Display for ExprError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ExprError {}
+
+/// What conditions may refer to, and the load-time limits.
+#[derive(Clone, Debug)]
+pub struct Env {
+    /// `params.NAME` values
+    pub params: FxHashMap<String, Const>,
+    /// declared input fields, if the table has a schema
+    pub schema: Option<Schema>,
+    /// maximum nesting depth
+    pub max_depth: usize,
+    /// maximum compiled size of one regex
+    pub regex_size_limit: usize,
+}
+
+impl Default for Env {
+    fn default() -> Env {
+        Env {
+            params: FxHashMap::default(),
+            schema: None,
+            max_depth: parser::DEFAULT_MAX_DEPTH,
+            regex_size_limit: compile::DEFAULT_REGEX_SIZE_LIMIT,
+        }
+    }
+}
+
+/// Parses and checks one condition (or, with `as_condition = false`, any expression).
+pub fn parse_checked(src: &str, env: &Env, as_condition: bool) -> Result<Expr, ExprError> {
+    let expr = parser::parse(src, env.max_depth)?;
+    if as_condition {
+        check::check_condition(&expr, &env.params, env.schema.as_ref())?;
+    } else {
+        check::check_expr(&expr, &env.params, env.schema.as_ref())?;
+    }
+    Ok(expr)
+}
+
+/// One standalone compiled expression: handy for tools and tests. Tables
+/// compile all their conditions together into one [`Program`] instead.
+#[derive(Debug)]
+pub struct Expression {
+    ast: Expr,
+    program: Program,
+    params: FxHashMap<String, Const>,
+}
+
+impl Expression {
+    /// Parses, checks and compiles `src`.
+    pub fn compile(src: &str, env: &Env, as_condition: bool) -> Result<Expression, ExprError> {
+        let ast = parse_checked(src, env, as_condition)?;
+        let program = compile::compile_program(&[&ast], &env.params, env.regex_size_limit).map_err(|(_, e)| e)?;
+        Ok(Expression { ast, program, params: env.params.clone() })
+    }
+
+    /// Evaluates with the optimized evaluator against an input object given as JSON text.
+    pub fn evaluate_json(&self, input: &str) -> Result<Result<serde_json::Value, EvalError>, crate::input::InputError> {
+        crate::input::with_parsed(input.as_bytes(), crate::input::DEFAULT_MAX_DEPTH, |root| {
+            let arena = Bump::new();
+            let slots = self.program.fill_slots(&root);
+            let mut cx = eval::Ctx::with_slots(&self.program, &arena, slots);
+            let node = &self.program.exprs[0];
+            eval::eval(node, &mut cx).map(|v| value::to_serde(&v))
+        })
+    }
+
+    /// Evaluates with the reference evaluator against an input object given as JSON text.
+    pub fn evaluate_reference_json(
+        &self,
+        input: &str,
+    ) -> Result<Result<serde_json::Value, EvalError>, crate::input::InputError> {
+        crate::input::with_parsed(input.as_bytes(), crate::input::DEFAULT_MAX_DEPTH, |root| {
+            let arena = Bump::new();
+            reference::evaluate(&self.ast, &root, &self.params, &arena).map(|v| value::to_serde(&v))
+        })
+    }
+
+    /// The syntax tree.
+    pub fn ast(&self) -> &Expr {
+        &self.ast
+    }
+}

@@ -1,0 +1,14 @@
+//! clef: a decision appliance for edge boxes.
+//!
+//! A table of rules (SPEC §4) is loaded and compiled once; each decision
+//! parses a JSON object, evaluates rules first-match (pruned by an index), and
+//! returns the action with the rule that chose it. See `SPEC.md` for the contract.
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod diagnostic;
+pub mod expr;
+pub mod input;
+pub mod suggest;
+pub mod table;

@@ -1,0 +1,352 @@
+//! Jev decision tables (SPEC §4.1): the seeds' bare array of rules, or an
+//! object with `rules`, `default`, `schema`, `params`, `tests`.
+//!
+//! Values are read with `serde_json` into borrowed `RawValue`s, whose
+//! addresses inside the file give every diagnostic its exact position — also
+//! inside a condition string, through its JSON escapes.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+use serde_json::value::RawValue;
+
+use super::rules::{Rule, RuleEngine};
+use super::Limits;
+use crate::diagnostic::{json_string_offset, Diagnostic};
+use crate::expr::check::{Schema, TypeSet, SCHEMA_TYPE_NAMES};
+use crate::expr::{parse_checked, Const, Env, ExprError};
+use crate::suggest::did_you_mean;
+
+/// What a Jev file holds besides its rules.
+#[derive(Debug, Default)]
+pub struct JevMeta {
+    /// `name` inside the file, if any
+    pub name: Option<String>,
+    /// `description`
+    pub description: Option<String>,
+    /// `tests`, kept as written for `clef test`
+    pub tests: Option<serde_json::Value>,
+    /// `params` as declared
+    pub params: Option<serde_json::Value>,
+}
+
+const TABLE_KEYS: &[&str] = &["name", "description", "version", "schema", "params", "tests", "default", "rules"];
+const RULE_KEYS: &[&str] = &["id", "condition", "action", "enabled", "description"];
+const PARAM_KEYS: &[&str] = &["value", "min", "max", "step", "tunable", "description"];
+
+/// Reads a Jev table's source into a compiled engine.
+pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, JevMeta), Vec<Diagnostic>> {
+    let mut p = Loader { path, source, diags: Vec::new() };
+    let top: &RawValue = match serde_json::from_str(source) {
+        Ok(v) => v,
+        Err(e) => return Err(vec![p.serde_error(&e)]),
+    };
+    let text = top.get();
+    let mut meta = JevMeta::default();
+    let mut env = Env { max_depth: limits.max_expr_depth, regex_size_limit: limits.regex_size_limit, ..Env::default() };
+    let mut default = None;
+    let rules_raw: Vec<&RawValue> = if text.starts_with('[') {
+        p.parse_as(top, "the table").unwrap_or_default()
+    } else if text.starts_with('{') {
+        let fields: BTreeMap<String, &RawValue> = p.parse_as(top, "the table").unwrap_or_default();
+        for (key, value) in &fields {
+            if !TABLE_KEYS.contains(&key.as_str()) {
+                let hint = did_you_mean(key, TABLE_KEYS.iter().copied())
+                    .map(|s| format!("; did you mean \"{s}\"?"))
+                    .unwrap_or_else(|| format!("; a table may have {}", TABLE_KEYS.join(", ")));
+                p.at_key(value, key, format!("unknown key \"{key}\"{hint}"));
+            }
+        }
+        meta.name = fields.get("name").and_then(|v| p.string(v, "\"name\""));
+        meta.description = fields.get("description").and_then(|v| p.string(v, "\"description\""));
+        if let Some(v) = fields.get("tests") {
+            meta.tests = p.parse_as(v, "\"tests\"");
+        }
+        if let Some(v) = fields.get("schema") {
+            env.schema = p.schema(v);
+        }
+        if let Some(v) = fields.get("params") {
+            env.params = p.params(v);
+            meta.params = p.parse_as(v, "\"params\"");
+        }
+        if let Some(v) = fields.get("default") {
+            default = p.default_action(v);
+        }
+        match fields.get("rules") {
+            Some(v) if v.get().starts_with('[') => p.parse_as(v, "\"rules\"").unwrap_or_default(),
+            Some(v) => {
+                p.at(v, "\"rules\" must be an array of rules".into());
+                Vec::new()
+            }
+            None => {
+                p.at(
+                    top,
+                    "the table has no \"rules\"; add \"rules\": [ {\"id\": …, \"condition\": …, \"action\": {…}} ]"
+                        .into(),
+                );
+                Vec::new()
+            }
+        }
+    } else {
+        p.at(top, "a table is a JSON array of rules, or an object with \"rules\"".into());
+        Vec::new()
+    };
+    if rules_raw.len() > limits.max_rules {
+        p.at(top, format!("the table has {} rules; at most {} are allowed", rules_raw.len(), limits.max_rules));
+        return Err(p.diags);
+    }
+
+    let mut rules = Vec::with_capacity(rules_raw.len());
+    let mut condition_raws = Vec::with_capacity(rules_raw.len());
+    let mut ids: FxHashMap<String, usize> = FxHashMap::default();
+    for (i, raw) in rules_raw.iter().enumerate() {
+        if let Some((rule, cond_raw)) = p.rule(i, raw, &env, &mut ids) {
+            rules.push(rule);
+            condition_raws.push(cond_raw);
+        }
+    }
+    if !p.diags.is_empty() {
+        return Err(p.diags);
+    }
+    let labels: Vec<String> = rules.iter().map(|r| format!("rule \"{}\"", r.id)).collect();
+    match RuleEngine::new(rules, default, env.params, limits.regex_size_limit) {
+        Ok(engine) => Ok((engine, meta)),
+        Err((i, e)) => {
+            p.in_condition(condition_raws[i], &e, &labels[i]);
+            Err(p.diags)
+        }
+    }
+}
+
+struct Loader<'s> {
+    path: &'s str,
+    source: &'s str,
+    diags: Vec<Diagnostic>,
+}
+
+impl<'s> Loader<'s> {
+    fn offset(&self, raw: &RawValue) -> usize {
+        let start = raw.get().as_ptr() as usize;
+        let base = self.source.as_ptr() as usize;
+        start.saturating_sub(base).min(self.source.len())
+    }
+
+    fn at(&mut self, raw: &RawValue, message: String) {
+        let off = self.offset(raw);
+        let width = raw.get().find('\n').unwrap_or(raw.get().len()).min(40);
+        self.diags.push(Diagnostic::at_offset(self.path, self.source, off, width, message));
+    }
+
+    /// Points at the key written before `value`.
+    fn at_key(&mut self, value: &RawValue, key: &str, message: String) {
+        let off = self.offset(value);
+        let quoted = serde_json::to_string(key).unwrap_or_default();
+        let key_off = self.source[..off].rfind(&quoted).unwrap_or(off);
+        self.diags.push(Diagnostic::at_offset(self.path, self.source, key_off, quoted.len(), message));
+    }
+
+    fn serde_error(&self, e: &serde_json::Error) -> Diagnostic {
+        let msg = e.to_string();
+        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        let msg = match e.classify() {
+            serde_json::error::Category::Eof => {
+                format!("the file ends too early ({msg}); is a bracket or quote missing?")
+            }
+            _ => format!("invalid JSON: {msg}"),
+        };
+        Diagnostic::at_line_col(self.path, self.source, e.line().max(1), e.column().max(1), msg)
+    }
+
+    fn parse_as<T: serde::Deserialize<'s>>(&mut self, raw: &'s RawValue, what: &str) -> Option<T> {
+        match serde_json::from_str::<T>(raw.get()) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let kind = match raw.get().as_bytes().first() {
+                    Some(b'{') => "an object",
+                    Some(b'[') => "an array",
+                    Some(b'"') => "a string",
+                    _ => "a value",
+                };
+                let msg = e.to_string();
+                let msg = msg.split(" at line ").next().unwrap_or(&msg);
+                self.at(raw, format!("{what} is {kind} that does not have the expected shape: {msg}"));
+                None
+            }
+        }
+    }
+
+    fn string(&mut self, raw: &RawValue, what: &str) -> Option<String> {
+        match serde_json::from_str::<String>(raw.get()) {
+            Ok(s) => Some(s),
+            Err(_) => {
+                self.at(raw, format!("{what} must be a string"));
+                None
+            }
+        }
+    }
+
+    fn schema(&mut self, raw: &'s RawValue) -> Option<Schema> {
+        let fields: BTreeMap<String, &RawValue> = match serde_json::from_str(raw.get()) {
+            Ok(f) => f,
+            Err(_) => {
+                self.at(raw, "\"schema\" must be an object of field → type, e.g. {\"user_tier\": \"string\"}".into());
+                return None;
+            }
+        };
+        let mut schema = Schema::default();
+        for (field, t) in fields {
+            let name: Option<String> = serde_json::from_str(t.get()).ok();
+            match name.as_deref().and_then(TypeSet::from_schema_name) {
+                Some(ts) => {
+                    schema.fields.insert(field, ts);
+                }
+                None => self.at(t, format!("schema type of \"{field}\" must be one of {SCHEMA_TYPE_NAMES}")),
+            }
+        }
+        Some(schema)
+    }
+
+    fn params(&mut self, raw: &'s RawValue) -> FxHashMap<String, Const> {
+        let mut out = FxHashMap::default();
+        let Some(decls) = self.parse_as::<BTreeMap<String, &RawValue>>(raw, "\"params\"") else { return out };
+        for (name, decl) in decls {
+            let fields: Option<BTreeMap<String, &RawValue>> = serde_json::from_str(decl.get()).ok();
+            let Some(fields) = fields else {
+                self.at(decl, format!("parameter \"{name}\" must be an object such as {{\"value\": 0.05}}"));
+                continue;
+            };
+            for (k, v) in &fields {
+                if !PARAM_KEYS.contains(&k.as_str()) {
+                    let hint = did_you_mean(k, PARAM_KEYS.iter().copied())
+                        .map(|s| format!("; did you mean \"{s}\"?"))
+                        .unwrap_or_default();
+                    self.at_key(v, k, format!("unknown key \"{k}\" in parameter \"{name}\"{hint}"));
+                }
+            }
+            match fields.get("value").map(|v| serde_json::from_str::<serde_json::Value>(v.get())) {
+                Some(Ok(v)) => {
+                    out.insert(name, Const::from_json(&v));
+                }
+                _ => self.at(decl, format!("parameter \"{name}\" has no \"value\"")),
+            }
+        }
+        out
+    }
+
+    fn default_action(&mut self, raw: &RawValue) -> Option<serde_json::Value> {
+        match serde_json::from_str::<serde_json::Value>(raw.get()) {
+            Ok(v @ serde_json::Value::Object(_)) => Some(v),
+            Ok(serde_json::Value::Null) => None,
+            _ => {
+                self.at(raw, "\"default\" must be an action object (or null)".into());
+                None
+            }
+        }
+    }
+
+    fn rule(
+        &mut self,
+        i: usize,
+        raw: &'s RawValue,
+        env: &Env,
+        ids: &mut FxHashMap<String, usize>,
+    ) -> Option<(Rule, &'s RawValue)> {
+        let fields: BTreeMap<String, &RawValue> = match serde_json::from_str(raw.get()) {
+            Ok(f) => f,
+            Err(_) => {
+                self.at(raw, format!("rule #{} must be an object with \"id\", \"condition\" and \"action\"", i + 1));
+                return None;
+            }
+        };
+        let id = match fields.get("id") {
+            Some(v) => match serde_json::from_str::<String>(v.get()) {
+                Ok(s) if !s.trim().is_empty() => Some(s),
+                _ => {
+                    self.at(v, format!("rule #{}: \"id\" must be a non-empty string", i + 1));
+                    None
+                }
+            },
+            None => {
+                self.at(raw, format!("rule #{} has no \"id\"", i + 1));
+                None
+            }
+        };
+        let label = id.as_ref().map(|s| format!("rule \"{s}\"")).unwrap_or_else(|| format!("rule #{}", i + 1));
+        for (k, v) in &fields {
+            if !RULE_KEYS.contains(&k.as_str()) {
+                let hint = did_you_mean(k, RULE_KEYS.iter().copied())
+                    .map(|s| format!("; did you mean \"{s}\"?"))
+                    .unwrap_or_else(|| format!("; a rule may have {}", RULE_KEYS.join(", ")));
+                self.at_key(v, k, format!("{label}: unknown key \"{k}\"{hint}"));
+            }
+        }
+        if let (Some(id), Some(v)) = (&id, fields.get("id")) {
+            if let Some(first) = ids.get(id) {
+                self.at(v, format!("{label}: the id is already used by rule #{}; ids must be unique", first + 1));
+            } else {
+                ids.insert(id.clone(), i);
+            }
+        }
+        let enabled = match fields.get("enabled") {
+            None => true,
+            Some(v) => match serde_json::from_str::<bool>(v.get()) {
+                Ok(b) => b,
+                Err(_) => {
+                    self.at(v, format!("{label}: \"enabled\" must be true or false"));
+                    true
+                }
+            },
+        };
+        let description = fields.get("description").and_then(|v| self.string(v, &format!("{label}: \"description\"")));
+        let action = match fields.get("action") {
+            Some(v) => match serde_json::from_str::<serde_json::Value>(v.get()) {
+                Ok(a @ serde_json::Value::Object(_)) => Some(a),
+                _ => {
+                    self.at(v, format!("{label}: \"action\" must be a JSON object"));
+                    None
+                }
+            },
+            None => {
+                self.at(raw, format!("{label} has no \"action\""));
+                None
+            }
+        };
+        let cond_raw = match fields.get("condition") {
+            Some(v) => *v,
+            None => {
+                self.at(raw, format!("{label} has no \"condition\" (write \"condition\": \"true\" for a catch-all)"));
+                return None;
+            }
+        };
+        let condition = match serde_json::from_str::<String>(cond_raw.get()) {
+            Ok(c) => c,
+            Err(_) => {
+                self.at(cond_raw, format!("{label}: \"condition\" must be a string"));
+                return None;
+            }
+        };
+        let ast = match parse_checked(&condition, env, true) {
+            Ok(ast) => Some(ast),
+            Err(e) => {
+                self.in_condition(cond_raw, &e, &label);
+                None
+            }
+        };
+        Some((Rule::new(id?, description, enabled, condition, ast?, action?), cond_raw))
+    }
+
+    /// Reports a condition error at its character in the file.
+    fn in_condition(&mut self, cond_raw: &RawValue, e: &ExprError, label: &str) {
+        let raw = cond_raw.get();
+        let base = self.offset(cond_raw);
+        let start = json_string_offset(raw, e.span.start);
+        let end = json_string_offset(raw, e.span.end.max(e.span.start));
+        self.diags.push(Diagnostic::at_offset(
+            self.path,
+            self.source,
+            base + start,
+            end.saturating_sub(start).max(1),
+            format!("{label}: {}", e.message),
+        ));
+    }
+}

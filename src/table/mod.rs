@@ -1,0 +1,271 @@
+//! Tables: loading any kind from a file, naming and versioning them, and
+//! turning a decision into the response body of SPEC §6.
+
+pub mod index;
+pub mod jev;
+pub mod rules;
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use sha2::{Digest, Sha256};
+
+use crate::diagnostic::Diagnostic;
+use crate::expr::value::write_json_string;
+use crate::input::{self, InputError};
+pub use rules::{Decision, Rule, RuleEngine, RuleWarning, TraceEntry};
+
+/// Load-time caps (SPEC §10), each configurable.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// rules per table
+    pub max_rules: usize,
+    /// expression nesting
+    pub max_expr_depth: usize,
+    /// compiled size of one regex, in bytes
+    pub regex_size_limit: usize,
+    /// nesting of decision inputs
+    pub max_input_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_rules: 100_000,
+            max_expr_depth: crate::expr::parser::DEFAULT_MAX_DEPTH,
+            regex_size_limit: crate::expr::compile::DEFAULT_REGEX_SIZE_LIMIT,
+            max_input_depth: input::DEFAULT_MAX_DEPTH,
+        }
+    }
+}
+
+/// The kinds of table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableKind {
+    /// `*.json`: a Jev decision table
+    Jev,
+}
+
+impl TableKind {
+    /// The name shown by `/tables` and `clef check`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TableKind::Jev => "jev",
+        }
+    }
+
+    /// Which kind a file is, from its name; `None` for files that are not tables.
+    pub fn of_path(path: &Path) -> Option<TableKind> {
+        let name = path.file_name()?.to_str()?;
+        if name.ends_with(".tests.json") || name.starts_with('.') {
+            return None;
+        }
+        if name.ends_with(".json") {
+            return Some(TableKind::Jev);
+        }
+        None
+    }
+}
+
+/// A table that could not be loaded, with every problem found.
+#[derive(Clone, Debug)]
+pub struct LoadError {
+    /// one entry per problem
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.diagnostics.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl LoadError {
+    fn single(path: &str, message: String) -> LoadError {
+        LoadError { diagnostics: vec![Diagnostic::whole_file(path, message)] }
+    }
+
+    /// The first problem on one line, for logs and `/health`.
+    pub fn summary(&self) -> String {
+        self.diagnostics
+            .first()
+            .map(|d| format!("{}:{}:{}: {}", d.path, d.line, d.column, d.message))
+            .unwrap_or_else(|| "failed to load".to_string())
+    }
+}
+
+/// A loaded, compiled table.
+#[derive(Debug)]
+pub struct Table {
+    /// the file name without extensions
+    pub name: String,
+    /// first 12 hex characters of the SHA-256 of the file's bytes
+    pub version: String,
+    /// what kind of table
+    pub kind: TableKind,
+    /// where it was loaded from
+    pub path: PathBuf,
+    /// `description` from the file
+    pub description: Option<String>,
+    /// `name` written inside the file, when present
+    pub declared_name: Option<String>,
+    /// tests stored in the table file
+    pub tests: Option<serde_json::Value>,
+    /// the compiled rules
+    pub engine: RuleEngine,
+    /// when it was loaded
+    pub loaded_at: SystemTime,
+    /// how long loading and compiling took
+    pub compile_time: Duration,
+    /// load-time caps it was built with
+    pub limits: Limits,
+    name_json: Box<str>,
+}
+
+/// Per-response details that are not part of the decision itself.
+#[derive(Clone, Debug)]
+pub struct ResponseMeta<'a> {
+    /// when the decision was made
+    pub timestamp: SystemTime,
+    /// the snapshot id, when snapshots are on
+    pub snapshot_id: Option<&'a str>,
+    /// who decided
+    pub instance: &'a str,
+}
+
+/// The table name for a file: its file name without every extension.
+pub fn table_name(path: &Path) -> String {
+    let file = path.file_name().and_then(|n| n.to_str()).unwrap_or("table");
+    file.split('.').next().filter(|s| !s.is_empty()).unwrap_or(file).to_string()
+}
+
+/// The version of a table file: the first 12 hex characters of its SHA-256.
+pub fn version_of(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+impl Table {
+    /// Loads a table file of any kind.
+    pub fn load(path: &Path, limits: &Limits) -> Result<Table, LoadError> {
+        let shown = path.display().to_string();
+        let bytes = fs::read(path).map_err(|e| LoadError::single(&shown, format!("cannot read the file: {e}")))?;
+        Table::from_bytes(path, &bytes, limits)
+    }
+
+    /// Loads a table from its bytes; `path` names it and locates diagnostics.
+    pub fn from_bytes(path: &Path, bytes: &[u8], limits: &Limits) -> Result<Table, LoadError> {
+        let started = Instant::now();
+        let shown = path.display().to_string();
+        let kind = TableKind::of_path(path).unwrap_or(TableKind::Jev);
+        let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+        let source = std::str::from_utf8(body).map_err(|e| {
+            LoadError::single(&shown, format!("the file is not UTF-8 (invalid byte at offset {})", e.valid_up_to()))
+        })?;
+        let (engine, meta) = match kind {
+            TableKind::Jev => jev::load(&shown, source, limits).map_err(|diagnostics| LoadError { diagnostics })?,
+        };
+        let name = table_name(path);
+        let mut name_json = String::new();
+        write_json_string(&name, &mut name_json);
+        Ok(Table {
+            name,
+            version: version_of(bytes),
+            kind,
+            path: path.to_path_buf(),
+            description: meta.description,
+            declared_name: meta.name,
+            tests: meta.tests,
+            engine,
+            loaded_at: SystemTime::now(),
+            compile_time: started.elapsed(),
+            limits: limits.clone(),
+            name_json: name_json.into(),
+        })
+    }
+
+    /// Decides one JSON body.
+    pub fn decide(&self, body: &[u8], explain: bool) -> Result<Decision, InputError> {
+        input::with_parsed(body, self.limits.max_input_depth, |root| self.engine.decide(&root, explain))
+    }
+
+    /// Decides one JSON body with the reference evaluator (for tests and checks).
+    pub fn decide_reference(&self, body: &[u8]) -> Result<Decision, InputError> {
+        input::with_parsed(body, self.limits.max_input_depth, |root| self.engine.decide_reference(&root))
+    }
+
+    /// The action JSON a decision returns.
+    pub fn action_json(&self, d: &Decision) -> &str {
+        match d.rule {
+            Some(r) => &self.engine.rules[r].action_json,
+            None => &self.engine.default_json,
+        }
+    }
+
+    /// Appends the decision response body of SPEC §6 to `out`.
+    pub fn write_decision(&self, d: &Decision, meta: &ResponseMeta<'_>, out: &mut String) {
+        out.push_str("{\"rule_id\":");
+        match d.rule {
+            Some(r) => out.push_str(&self.engine.rules[r].id_json),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"matched\":");
+        out.push_str(if d.rule.is_some() { "true" } else { "false" });
+        out.push_str(",\"action\":");
+        out.push_str(self.action_json(d));
+        out.push_str(",\"timestamp\":\"");
+        out.push_str(&humantime::format_rfc3339_millis(meta.timestamp).to_string());
+        out.push_str("\",\"table\":");
+        out.push_str(&self.name_json);
+        out.push_str(",\"version\":\"");
+        out.push_str(&self.version);
+        out.push('"');
+        if let Some(id) = meta.snapshot_id {
+            out.push_str(",\"snapshot_id\":");
+            write_json_string(id, out);
+        }
+        out.push_str(",\"instance\":");
+        write_json_string(meta.instance, out);
+        if !d.warnings.is_empty() {
+            out.push_str(",\"warnings\":[");
+            for (i, w) in d.warnings.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str("{\"rule_id\":");
+                out.push_str(&self.engine.rules[w.rule].id_json);
+                out.push_str(",\"message\":");
+                write_json_string(&w.error.to_string(), out);
+                out.push('}');
+            }
+            out.push(']');
+        }
+        if let Some(trace) = &d.trace {
+            out.push_str(",\"trace\":[");
+            for (i, t) in trace.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str("{\"rule_id\":");
+                out.push_str(&self.engine.rules[t.rule].id_json);
+                out.push_str(",\"matched\":");
+                out.push_str(if t.matched { "true" } else { "false" });
+                out.push_str(",\"reason\":");
+                write_json_string(&t.reason, out);
+                out.push('}');
+            }
+            out.push_str("],\"skipped\":");
+            out.push_str(&d.skipped.to_string());
+        }
+        out.push('}');
+    }
+}

@@ -1,0 +1,272 @@
+//! First-match evaluation of an ordered list of rules: the engine that Jev
+//! tables (and, through the same types, YAML rule sets) run on.
+
+use bumpalo::Bump;
+use rustc_hash::FxHashMap;
+
+use super::index::RuleIndex;
+use crate::expr::ast::{Expr, ExprKind, Step};
+use crate::expr::compile::compile_program;
+use crate::expr::eval::{self, Ctx};
+use crate::expr::ops::{self, EvalError};
+use crate::expr::value::{write_json_string, Const, Value};
+use crate::expr::{reference, ExprError, Program};
+
+/// One rule, as loaded and compiled.
+#[derive(Debug)]
+pub struct Rule {
+    /// unique id
+    pub id: String,
+    /// free text from the table
+    pub description: Option<String>,
+    /// whether the rule takes part in decisions
+    pub enabled: bool,
+    /// the condition as written
+    pub condition: String,
+    /// the parsed condition
+    pub ast: Expr,
+    /// the action as written
+    pub action: serde_json::Value,
+    /// the action serialized once at load time
+    pub action_json: Box<str>,
+    /// the id as a JSON string, serialized once
+    pub id_json: Box<str>,
+}
+
+impl Rule {
+    /// Builds a rule from its parts (serializing what responses need).
+    pub fn new(
+        id: String,
+        description: Option<String>,
+        enabled: bool,
+        condition: String,
+        ast: Expr,
+        action: serde_json::Value,
+    ) -> Rule {
+        let action_json = action.to_string().into_boxed_str();
+        let mut id_json = String::new();
+        write_json_string(&id, &mut id_json);
+        Rule { id, description, enabled, condition, ast, action, action_json, id_json: id_json.into() }
+    }
+}
+
+/// A rule that failed to evaluate: it did not match, and the caller is told why.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RuleWarning {
+    /// index of the rule
+    pub rule: usize,
+    /// what went wrong
+    pub error: EvalError,
+}
+
+/// One line of `trace`: a rule that was evaluated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceEntry {
+    /// index of the rule
+    pub rule: usize,
+    /// whether it matched
+    pub matched: bool,
+    /// why (the failing sub-expression and the values it saw, or the match line)
+    pub reason: String,
+}
+
+/// The outcome of evaluating one input.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decision {
+    /// the matching rule's index
+    pub rule: Option<usize>,
+    /// rules that failed to evaluate
+    pub warnings: Vec<RuleWarning>,
+    /// with explain: the evaluated rules in order
+    pub trace: Option<Vec<TraceEntry>>,
+    /// how many conditions were evaluated
+    pub evaluated: usize,
+    /// enabled rules before the match (or all, without one) that the index ruled out
+    pub skipped: usize,
+}
+
+/// An ordered list of rules compiled together.
+#[derive(Debug)]
+pub struct RuleEngine {
+    /// the rules in order
+    pub rules: Vec<Rule>,
+    /// the compiled conditions
+    pub program: Program,
+    index: RuleIndex,
+    enabled: Vec<u64>,
+    /// parameter values the conditions saw
+    pub params: FxHashMap<String, Const>,
+    /// the action when nothing matches
+    pub default_action: Option<serde_json::Value>,
+    /// the default action serialized (`null` without one)
+    pub default_json: Box<str>,
+}
+
+impl RuleEngine {
+    /// Compiles `rules` together. On error, returns the failing rule's index and the error.
+    pub fn new(
+        rules: Vec<Rule>,
+        default_action: Option<serde_json::Value>,
+        params: FxHashMap<String, Const>,
+        regex_size_limit: usize,
+    ) -> Result<RuleEngine, (usize, ExprError)> {
+        let asts: Vec<&Expr> = rules.iter().map(|r| &r.ast).collect();
+        let program = compile_program(&asts, &params, regex_size_limit)?;
+        let index = RuleIndex::build(&program);
+        let mut enabled = vec![0u64; rules.len().div_ceil(64).max(1)];
+        for (i, r) in rules.iter().enumerate() {
+            if r.enabled {
+                enabled[i / 64] |= 1 << (i % 64);
+            }
+        }
+        let default_json = default_action.as_ref().map(|a| a.to_string()).unwrap_or_else(|| "null".into());
+        Ok(RuleEngine { rules, program, index, enabled, params, default_action, default_json: default_json.into() })
+    }
+
+    /// How many fields the rule index uses.
+    pub fn indexed_fields(&self) -> usize {
+        self.index.indexed_fields()
+    }
+
+    /// Decides one input object: the first enabled rule whose condition is true.
+    pub fn decide(&self, root: &Value<'_>, explain: bool) -> Decision {
+        let arena = Bump::new();
+        let slots = self.program.fill_slots(root);
+        let mut cx = Ctx::with_slots(&self.program, &arena, slots);
+        let mut decision = Decision { trace: explain.then(Vec::new), ..Decision::default() };
+        let candidates = self.index.select(&cx.slots);
+        candidates.for_each(&self.enabled, |r| {
+            decision.evaluated += 1;
+            let outcome = eval::eval(&self.program.exprs[r], &mut cx).and_then(|v| ops::condition_outcome(&v));
+            self.record(&mut decision, r, outcome, root);
+            decision.rule.is_some()
+        });
+        decision.skipped = self.enabled_before(decision.rule) - decision.evaluated;
+        decision
+    }
+
+    /// The same decision by the reference evaluator: every enabled rule in
+    /// order, conditions walked from the syntax tree, no index.
+    pub fn decide_reference(&self, root: &Value<'_>) -> Decision {
+        let arena = Bump::new();
+        let mut decision = Decision::default();
+        for (r, rule) in self.rules.iter().enumerate() {
+            if !rule.enabled {
+                continue;
+            }
+            decision.evaluated += 1;
+            let outcome =
+                reference::evaluate(&rule.ast, root, &self.params, &arena).and_then(|v| ops::condition_outcome(&v));
+            self.record(&mut decision, r, outcome, root);
+            if decision.rule.is_some() {
+                break;
+            }
+        }
+        decision
+    }
+
+    fn record(&self, decision: &mut Decision, r: usize, outcome: Result<bool, EvalError>, root: &Value<'_>) {
+        let matched = outcome == Ok(true);
+        if let Err(error) = outcome {
+            decision.warnings.push(RuleWarning { rule: r, error });
+        }
+        if matched {
+            decision.rule = Some(r);
+        }
+        if let Some(trace) = decision.trace.as_mut() {
+            let reason = match outcome {
+                Ok(true) => {
+                    let rule = &self.rules[r];
+                    format!("Rule {} matched: {} → {}", rule.id, rule.condition, rule.action_json)
+                }
+                Ok(false) => self.why_not(r, root),
+                Err(e) => format!("error: {e}"),
+            };
+            trace.push(TraceEntry { rule: r, matched, reason });
+        }
+    }
+
+    fn enabled_before(&self, rule: Option<usize>) -> usize {
+        let end = rule.map(|r| r + 1).unwrap_or(self.rules.len());
+        let mut n = 0;
+        for (w, word) in self.enabled.iter().enumerate() {
+            let start = w * 64;
+            if start >= end {
+                break;
+            }
+            let take = (end - start).min(64);
+            let mask = if take == 64 { u64::MAX } else { (1u64 << take) - 1 };
+            n += (word & mask).count_ones() as usize;
+        }
+        n
+    }
+
+    /// The first top-level conjunct that did not hold, with the values it read.
+    fn why_not(&self, r: usize, root: &Value<'_>) -> String {
+        let rule = &self.rules[r];
+        let arena = Bump::new();
+        let parts: Vec<&Expr> = match &rule.ast.kind {
+            ExprKind::And(items) => items.iter().collect(),
+            _ => vec![&rule.ast],
+        };
+        for part in parts {
+            let v = reference::evaluate(part, root, &self.params, &arena);
+            if matches!(v, Ok(Value::Bool(true))) {
+                continue;
+            }
+            let text = rule.condition.get(part.span.start..part.span.end).unwrap_or(&rule.condition);
+            let mut seen = Vec::new();
+            field_paths(part, &rule.condition, &mut seen);
+            let values: Vec<String> = seen
+                .iter()
+                .map(|(path, e)| {
+                    let v = reference::evaluate(e, root, &self.params, &arena);
+                    let shown = match v {
+                        Ok(v) => shorten(v.to_json()),
+                        Err(e) => format!("<{e}>"),
+                    };
+                    format!("{path} = {shown}")
+                })
+                .collect();
+            let outcome = match v {
+                Ok(Value::Nil) => "was nil",
+                _ => "was false",
+            };
+            return if values.is_empty() {
+                format!("{text} {outcome}")
+            } else {
+                format!("{text} {outcome} ({})", values.join(", "))
+            };
+        }
+        format!("{} was false", rule.condition)
+    }
+}
+
+fn shorten(mut s: String) -> String {
+    if s.chars().count() > 80 {
+        s = s.chars().take(77).collect::<String>() + "...";
+    }
+    s
+}
+
+/// Field paths read by an expression, as written, each with its expression.
+fn field_paths<'e>(e: &'e Expr, src: &str, out: &mut Vec<(String, &'e Expr)>) {
+    match &e.kind {
+        ExprKind::Field(_) => push_path(e, src, out),
+        ExprKind::Access(base, steps) if matches!(base.kind, ExprKind::Field(_)) => {
+            if steps.iter().all(|(s, _)| matches!(s, Step::Member(_))) {
+                push_path(e, src, out);
+            } else {
+                e.children().into_iter().for_each(|c| field_paths(c, src, out));
+            }
+        }
+        _ => e.children().into_iter().for_each(|c| field_paths(c, src, out)),
+    }
+}
+
+fn push_path<'e>(e: &'e Expr, src: &str, out: &mut Vec<(String, &'e Expr)>) {
+    let text = src.get(e.span.start..e.span.end).unwrap_or("?").to_string();
+    if !out.iter().any(|(t, _)| *t == text) {
+        out.push((text, e));
+    }
+}
