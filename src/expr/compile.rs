@@ -25,7 +25,7 @@ pub struct Program {
     /// every input path read, by slot number
     pub paths: Vec<Vec<PathSeg>>,
     /// top-level key → slot of the one-segment path
-    pub roots: FxHashMap<Box<str>, u32>,
+    pub roots: KeyTable,
     /// slots with more than one segment: (slot, slot of the first segment)
     pub nested: Vec<(u32, u32)>,
     /// shared sub-expressions
@@ -83,9 +83,7 @@ impl Compiler<'_> {
         self.program.paths.push(path.clone());
         match (root, &path[0]) {
             (Some(r), _) => self.program.nested.push((id, r)),
-            (None, PathSeg::Key(k)) => {
-                self.program.roots.insert(k.clone(), id);
-            }
+            (None, PathSeg::Key(k)) => self.program.roots.insert(k.clone(), id),
             (None, PathSeg::Index(_)) => {}
         }
         self.slot_ids.insert(path, id);
@@ -285,10 +283,10 @@ impl Compiler<'_> {
                 Node::EqConst { operand: Box::new(operand), value, negate: op == BinOp::Ne }
             }
             (BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge, operand, Node::Const(value)) => {
-                Node::CmpConst { operand: Box::new(operand), op, value }
+                Node::CmpConst { operand: Box::new(operand), op, value, const_left: false }
             }
             (BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge, Node::Const(value), operand) => {
-                Node::CmpConst { operand: Box::new(operand), op: mirror(op), value }
+                Node::CmpConst { operand: Box::new(operand), op, value, const_left: true }
             }
             (BinOp::In | BinOp::NotIn, operand, Node::Const(Const::Array(items))) => {
                 let strings = (items.len() >= HASHED_SET_MIN).then(|| {
@@ -311,17 +309,6 @@ impl Compiler<'_> {
             }
             (op, left, right) => Node::Compare(op, Box::new(left), Box::new(right)),
         })
-    }
-}
-
-/// `c < x` is `x > c`: same truth, same errors (both sides are checked alike).
-fn mirror(op: BinOp) -> BinOp {
-    match op {
-        BinOp::Lt => BinOp::Gt,
-        BinOp::Le => BinOp::Ge,
-        BinOp::Gt => BinOp::Lt,
-        BinOp::Ge => BinOp::Le,
-        other => other,
     }
 }
 
@@ -527,13 +514,46 @@ fn build_pattern_groups(program: &mut Program) {
     }
 }
 
+/// Top-level keys → slots. Keys are bucketed by length: a lookup is a few
+/// short compares, cheaper than hashing every key of every request.
+#[derive(Debug, Default)]
+pub struct KeyTable {
+    by_len: Vec<Vec<(Box<str>, u32)>>,
+    long: FxHashMap<Box<str>, u32>,
+}
+
+const SHORT_KEY: usize = 48;
+
+impl KeyTable {
+    fn insert(&mut self, key: Box<str>, slot: u32) {
+        if key.len() < SHORT_KEY {
+            if self.by_len.len() <= key.len() {
+                self.by_len.resize_with(key.len() + 1, Vec::new);
+            }
+            self.by_len[key.len()].push((key, slot));
+        } else {
+            self.long.insert(key, slot);
+        }
+    }
+
+    /// The slot of a top-level key.
+    #[inline]
+    pub fn get(&self, key: &str) -> Option<u32> {
+        if key.len() < SHORT_KEY {
+            self.by_len.get(key.len())?.iter().find(|(k, _)| **k == *key).map(|(_, s)| *s)
+        } else {
+            self.long.get(key).copied()
+        }
+    }
+}
+
 impl Program {
     /// Reads the input's fields into slots.
     pub fn fill_slots<'a>(&'a self, root: &Value<'a>) -> Vec<eval::SlotValue<'a>> {
         let mut slots: Vec<eval::SlotValue<'a>> = vec![Ok(Value::Nil); self.paths.len()];
         if let Value::Object(o) = root {
             for (k, v) in o.iter() {
-                if let Some(&s) = self.roots.get(k) {
+                if let Some(s) = self.roots.get(k) {
                     slots[s as usize] = Ok(v);
                 }
             }

@@ -41,6 +41,7 @@ impl<'a> Ctx<'a> {
         self.groups.iter_mut().for_each(|g| *g = None);
     }
 
+    #[inline(never)]
     fn memo(&mut self, id: u32) -> EvalResult<'a> {
         if let Some(Some(v)) = self.memos.get(id as usize) {
             return *v;
@@ -68,41 +69,56 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// Evaluates an operand, reading slots and memos without a recursive call.
+#[inline(always)]
+fn operand<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
+    match node {
+        Node::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
+        Node::Memo(m) => match cx.memos.get(*m as usize) {
+            Some(Some(v)) => *v,
+            _ => cx.memo(*m),
+        },
+        _ => eval(node, cx),
+    }
+}
+
 /// Evaluates a node. Never panics; failures are [`EvalError`]s.
 pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
     match node {
         Node::Const(c) => Ok(Value::from_const(c)),
         Node::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
         Node::Memo(m) => cx.memo(*m),
-        Node::EqConst { operand, value, negate } => {
-            let v = eval(operand, cx)?;
+        Node::EqConst { operand: operand_node, value, negate } => {
+            let v = operand(operand_node, cx)?;
             Ok(Value::Bool(ops::equals(&v, &Value::from_const(value)) != *negate))
         }
-        Node::CmpConst { operand, op, value } => {
-            let v = eval(operand, cx)?;
-            ops::compare(*op, &v, &Value::from_const(value)).map(Value::Bool)
+        Node::CmpConst { operand: operand_node, op, value, const_left } => {
+            let v = operand(operand_node, cx)?;
+            let c = Value::from_const(value);
+            let (x, y) = if *const_left { (&c, &v) } else { (&v, &c) };
+            ops::compare(*op, x, y).map(Value::Bool)
         }
-        Node::InSet { operand, set, negate } => {
-            let v = eval(operand, cx)?;
+        Node::InSet { operand: operand_node, set, negate } => {
+            let v = operand(operand_node, cx)?;
             let found = match (&set.strings, v) {
                 (Some(strings), Value::Str(s)) => strings.contains(s),
                 _ => set.items.iter().any(|c| ops::equals(&v, &Value::from_const(c))),
             };
             Ok(Value::Bool(found != *negate))
         }
-        Node::StrTest { operand, op, needle, finder } => {
-            let v = eval(operand, cx)?;
+        Node::StrTest { operand: operand_node, op, needle, finder } => {
+            let v = operand(operand_node, cx)?;
             match (v, op) {
                 (Value::Str(s), BinOp::Contains) => Ok(Value::Bool(finder.find(s.as_bytes()).is_some())),
                 _ => ops::string_test(*op, &v, &Value::Str(needle)).map(Value::Bool),
             }
         }
-        Node::Regex { operand, regex, negate } => {
-            let v = eval(operand, cx)?;
+        Node::Regex { operand: operand_node, regex, negate } => {
+            let v = operand(operand_node, cx)?;
             let op = if *negate { BinOp::NotMatches } else { BinOp::Matches };
             ops::regex_test(op, &v, regex).map(Value::Bool)
         }
-        Node::PatternHit { operand, group, index, op } => match eval(operand, cx)? {
+        Node::PatternHit { operand: operand_node, group, index, op } => match operand(operand_node, cx)? {
             Value::Str(s) => Ok(Value::Bool(cx.pattern_hit(*group, *index, s) != (*op == BinOp::NotMatches))),
             other => {
                 Err(EvalError::Operands { op: op.symbol(), left: other.type_of(), right: super::value::Type::Str })
@@ -110,7 +126,7 @@ pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
         },
         Node::And(items) => {
             for item in items {
-                if !ops::truth(&eval(item, cx)?, "&&")? {
+                if !ops::truth(&operand(item, cx)?, "&&")? {
                     return Ok(Value::Bool(false));
                 }
             }
@@ -118,7 +134,7 @@ pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
         }
         Node::Or(items) => {
             for item in items {
-                if ops::truth(&eval(item, cx)?, "||")? {
+                if ops::truth(&operand(item, cx)?, "||")? {
                     return Ok(Value::Bool(true));
                 }
             }
@@ -190,14 +206,17 @@ pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
             }
             Ok(v)
         }
-        Node::Call(func, args) => {
-            let mut values: smallvec_args::Args<'a> = smallvec_args::Args::new();
-            for a in args {
-                values.push(eval(a, cx)?);
-            }
-            ops::call(*func, values.as_slice(), cx.arena)
-        }
+        Node::Call(func, args) => call(*func, args, cx),
     }
+}
+
+#[inline(never)]
+fn call<'a>(func: ops::Func, args: &'a [Node], cx: &mut Ctx<'a>) -> EvalResult<'a> {
+    let mut values: smallvec_args::Args<'a> = smallvec_args::Args::new();
+    for a in args {
+        values.push(operand(a, cx)?);
+    }
+    ops::call(func, values.as_slice(), cx.arena)
 }
 
 /// Comparison-level operators on two computed values.

@@ -48,14 +48,16 @@ pub enum Node {
         /// `!=`
         negate: bool,
     },
-    /// `x < c` etc. with a number constant (operands flipped as needed)
+    /// `x < c` or `c < x` with a constant `c`
     CmpConst {
         /// the computed side
         operand: Box<Node>,
-        /// the operator with the operand on the left
+        /// the operator as written
         op: BinOp,
         /// the constant
         value: Const,
+        /// whether the constant is written on the left (`c < x`)
+        const_left: bool,
     },
     /// `x in [literals]` / `x not in [literals]`
     InSet {

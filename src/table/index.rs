@@ -40,6 +40,9 @@ struct FieldIndex {
     /// first number atom: below numbers[0]; then point, interval, point, ... above the last
     number_base: u32,
     bits: Vec<u64>,
+    /// per atom, the words of its bitset that are not zero: `nonzero[starts[a]..starts[a + 1]]`
+    nonzero: Vec<u32>,
+    starts: Vec<u32>,
 }
 
 const NIL: usize = 0;
@@ -133,11 +136,19 @@ impl RuleIndex {
 
     /// Looks up the input's atoms: the bitsets of the rules each field still allows.
     pub fn select(&self, slots: &[SlotValue<'_>]) -> Selection<'_> {
-        let mut sel = Selection { index: self, chosen: [&[]; 16], n: 0, extra: Vec::new() };
+        let mut sel = Selection { index: self, chosen: [&[]; 16], n: 0, extra: Vec::new(), driver: None };
         for f in &self.fields {
-            let atom = f.classify(slots.get(f.slot as usize).copied().unwrap_or(Ok(Value::Nil)));
-            let start = atom as usize * self.words;
+            let atom = f.classify(slots.get(f.slot as usize).copied().unwrap_or(Ok(Value::Nil))) as usize;
+            let start = atom * self.words;
             let bits = f.bits.get(start..start + self.words).unwrap_or(&[]);
+            let words = match (f.starts.get(atom), f.starts.get(atom + 1)) {
+                (Some(&a), Some(&b)) => f.nonzero.get(a as usize..b as usize).unwrap_or(&[]),
+                _ => &[],
+            };
+            // Walk only the non-zero words of the most selective field.
+            if sel.driver.is_none_or(|d: &[u32]| words.len() < d.len()) {
+                sel.driver = Some(words);
+            }
             if sel.n < sel.chosen.len() {
                 sel.chosen[sel.n] = bits;
                 sel.n += 1;
@@ -155,28 +166,47 @@ pub struct Selection<'i> {
     chosen: [&'i [u64]; 16],
     n: usize,
     extra: Vec<&'i [u64]>,
+    driver: Option<&'i [u32]>,
 }
 
 impl Selection<'_> {
     /// Calls `visit` with each rule that may match, in rule order, among those
     /// set in `enabled`, until it returns `true`.
     pub fn for_each(&self, enabled: &[u64], mut visit: impl FnMut(usize) -> bool) {
-        for (w, &word) in enabled.iter().enumerate().take(self.index.words) {
-            let mut bits = word;
-            for b in self.chosen[..self.n].iter().chain(self.extra.iter()) {
-                bits &= b.get(w).copied().unwrap_or(0);
-                if bits == 0 {
-                    break;
+        match self.driver {
+            Some(words) => {
+                for &w in words {
+                    if self.word(w as usize, enabled, &mut visit) {
+                        return;
+                    }
                 }
             }
-            while bits != 0 {
-                let r = w * 64 + bits.trailing_zeros() as usize;
-                if r < self.index.rules && visit(r) {
-                    return;
+            None => {
+                for w in 0..self.index.words {
+                    if self.word(w, enabled, &mut visit) {
+                        return;
+                    }
                 }
-                bits &= bits - 1;
             }
         }
+    }
+
+    fn word(&self, w: usize, enabled: &[u64], visit: &mut impl FnMut(usize) -> bool) -> bool {
+        let mut bits = enabled.get(w).copied().unwrap_or(0);
+        for b in self.chosen[..self.n].iter().chain(self.extra.iter()) {
+            bits &= b.get(w).copied().unwrap_or(0);
+            if bits == 0 {
+                return false;
+            }
+        }
+        while bits != 0 {
+            let r = w * 64 + bits.trailing_zeros() as usize;
+            if r < self.index.rules && visit(r) {
+                return true;
+            }
+            bits &= bits - 1;
+        }
+        false
     }
 }
 
@@ -303,7 +333,13 @@ fn build_field(
         return None;
     }
     let fixed = [0, 1, 2, 3, 4, 5, 6, 7];
-    Some(FieldIndex { slot, strings: string_atoms, numbers, fixed, number_base, bits })
+    let mut nonzero = Vec::new();
+    let mut starts = vec![0u32];
+    for a in 0..atoms {
+        nonzero.extend((0..words).filter(|w| bits[a * words + w] != 0).map(|w| w as u32));
+        starts.push(nonzero.len() as u32);
+    }
+    Some(FieldIndex { slot, strings: string_atoms, numbers, fixed, number_base, bits, nonzero, starts })
 }
 
 /// A number strictly between `lo` and `hi` (either may be unbounded), or None

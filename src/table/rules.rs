@@ -81,7 +81,7 @@ pub struct Decision {
     pub trace: Option<Vec<TraceEntry>>,
     /// how many conditions were evaluated
     pub evaluated: usize,
-    /// enabled rules before the match (or all, without one) that the index ruled out
+    /// with explain: enabled rules before the match (or all, without one) that the index ruled out
     pub skipped: usize,
 }
 
@@ -141,7 +141,9 @@ impl RuleEngine {
             self.record(&mut decision, r, outcome, root);
             decision.rule.is_some()
         });
-        decision.skipped = self.enabled_before(decision.rule) - decision.evaluated;
+        if explain {
+            decision.skipped = self.enabled_before(decision.rule) - decision.evaluated;
+        }
         decision
     }
 
