@@ -4,7 +4,7 @@ use bumpalo::Bump;
 
 use super::compile::Program;
 use super::ir::{AccessStep, Node};
-use super::ops::{self, BinOp, EvalError, EvalResult};
+use super::ops::{self, BinOp, EvalError, EvalResult, UnOp};
 use super::value::{Array, Const, Value};
 
 /// A slot's content: the field's value, or why reading the path failed
@@ -82,64 +82,123 @@ fn operand<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
     }
 }
 
-/// Evaluates a node. Never panics; failures are [`EvalError`]s.
-pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
+/// Whether a node always yields a bool when it succeeds.
+fn is_predicate(node: &Node) -> bool {
+    matches!(
+        node,
+        Node::EqConst { .. }
+            | Node::CmpConst { .. }
+            | Node::InSet { .. }
+            | Node::StrTest { .. }
+            | Node::Regex { .. }
+            | Node::PatternHit { .. }
+            | Node::And(_)
+            | Node::Or(_)
+            | Node::Unary(UnOp::Not, _)
+    )
+}
+
+/// Evaluates a rule's condition: true matches; false and nil do not; anything else is an error.
+pub fn eval_condition<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> Result<bool, EvalError> {
+    if is_predicate(node) {
+        eval_truth(node, cx, "?")
+    } else {
+        ops::condition_outcome(&eval(node, cx)?)
+    }
+}
+
+/// Calls `f` with an operand's value; a slot is read in place, not copied.
+#[inline(always)]
+fn with_value<'a, R>(
+    node: &'a Node,
+    cx: &mut Ctx<'a>,
+    f: impl FnOnce(&Value<'a>) -> Result<R, EvalError>,
+) -> Result<R, EvalError> {
+    if let Node::Slot(s) = node {
+        return match cx.slots.get(*s as usize) {
+            Some(Ok(v)) => f(v),
+            Some(Err(e)) => Err(*e),
+            None => f(&Value::Nil),
+        };
+    }
+    let v = operand(node, cx)?;
+    f(&v)
+}
+
+/// Evaluates a node whose value must be a bool (an operand of `&&`, `||`, `!`),
+/// without building a [`Value`] for the common predicates. `op` names the
+/// operator in the error when the value is not a bool.
+fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<bool, EvalError> {
     match node {
-        Node::Const(c) => Ok(Value::from_const(c)),
-        Node::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
-        Node::Memo(m) => cx.memo(*m),
         Node::EqConst { operand: operand_node, value, negate } => {
-            let v = operand(operand_node, cx)?;
-            Ok(Value::Bool(ops::equals(&v, &Value::from_const(value)) != *negate))
+            with_value(operand_node, cx, |v| Ok(ops::equals(v, &Value::from_const(value)) != *negate))
         }
-        Node::CmpConst { operand: operand_node, op, value, const_left } => {
-            let v = operand(operand_node, cx)?;
+        Node::CmpConst { operand: operand_node, op, value, const_left } => with_value(operand_node, cx, |v| {
             let c = Value::from_const(value);
-            let (x, y) = if *const_left { (&c, &v) } else { (&v, &c) };
-            ops::compare(*op, x, y).map(Value::Bool)
-        }
-        Node::InSet { operand: operand_node, set, negate } => {
-            let v = operand(operand_node, cx)?;
+            let (x, y) = if *const_left { (&c, v) } else { (v, &c) };
+            ops::compare(*op, x, y)
+        }),
+        Node::InSet { operand: operand_node, set, negate } => with_value(operand_node, cx, |v| {
             let found = match (&set.strings, v) {
-                (Some(strings), Value::Str(s)) => strings.contains(s),
-                _ => set.items.iter().any(|c| ops::equals(&v, &Value::from_const(c))),
+                (Some(strings), Value::Str(s)) => strings.contains(*s),
+                _ => set.items.iter().any(|c| ops::equals(v, &Value::from_const(c))),
             };
-            Ok(Value::Bool(found != *negate))
-        }
+            Ok(found != *negate)
+        }),
         Node::StrTest { operand: operand_node, op, needle, finder } => {
             let v = operand(operand_node, cx)?;
             match (v, op) {
-                (Value::Str(s), BinOp::Contains) => Ok(Value::Bool(finder.find(s.as_bytes()).is_some())),
-                _ => ops::string_test(*op, &v, &Value::Str(needle)).map(Value::Bool),
+                (Value::Str(s), BinOp::Contains) => Ok(finder.find(s.as_bytes()).is_some()),
+                _ => ops::string_test(*op, &v, &Value::Str(needle)),
             }
         }
         Node::Regex { operand: operand_node, regex, negate } => {
             let v = operand(operand_node, cx)?;
             let op = if *negate { BinOp::NotMatches } else { BinOp::Matches };
-            ops::regex_test(op, &v, regex).map(Value::Bool)
+            ops::regex_test(op, &v, regex)
         }
         Node::PatternHit { operand: operand_node, group, index, op } => match operand(operand_node, cx)? {
-            Value::Str(s) => Ok(Value::Bool(cx.pattern_hit(*group, *index, s) != (*op == BinOp::NotMatches))),
+            Value::Str(s) => Ok(cx.pattern_hit(*group, *index, s) != (*op == BinOp::NotMatches)),
             other => {
                 Err(EvalError::Operands { op: op.symbol(), left: other.type_of(), right: super::value::Type::Str })
             }
         },
         Node::And(items) => {
             for item in items {
-                if !ops::truth(&operand(item, cx)?, "&&")? {
-                    return Ok(Value::Bool(false));
+                if !eval_truth(item, cx, "&&")? {
+                    return Ok(false);
                 }
             }
-            Ok(Value::Bool(true))
+            Ok(true)
         }
         Node::Or(items) => {
             for item in items {
-                if ops::truth(&operand(item, cx)?, "||")? {
-                    return Ok(Value::Bool(true));
+                if eval_truth(item, cx, "||")? {
+                    return Ok(true);
                 }
             }
-            Ok(Value::Bool(false))
+            Ok(false)
         }
+        Node::Unary(UnOp::Not, x) => eval_truth(x, cx, "!").map(|b| !b),
+        _ => with_value(node, cx, |v| ops::truth(v, op)),
+    }
+}
+
+/// Evaluates a node. Never panics; failures are [`EvalError`]s.
+pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
+    match node {
+        Node::Const(c) => Ok(Value::from_const(c)),
+        Node::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
+        Node::Memo(m) => cx.memo(*m),
+        Node::EqConst { .. }
+        | Node::CmpConst { .. }
+        | Node::InSet { .. }
+        | Node::StrTest { .. }
+        | Node::Regex { .. }
+        | Node::PatternHit { .. }
+        | Node::And(_)
+        | Node::Or(_)
+        | Node::Unary(UnOp::Not, _) => eval_truth(node, cx, "?").map(Value::Bool),
         Node::Unary(op, x) => {
             let v = eval(x, cx)?;
             ops::unary(*op, &v)

@@ -125,6 +125,11 @@ impl Expression {
         })
     }
 
+    /// The compiled program (one expression).
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
     /// The syntax tree.
     pub fn ast(&self) -> &Expr {
         &self.ast

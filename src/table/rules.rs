@@ -137,7 +137,7 @@ impl RuleEngine {
         let candidates = self.index.select(&cx.slots);
         candidates.for_each(&self.enabled, |r| {
             decision.evaluated += 1;
-            let outcome = eval::eval(&self.program.exprs[r], &mut cx).and_then(|v| ops::condition_outcome(&v));
+            let outcome = eval::eval_condition(&self.program.exprs[r], &mut cx);
             self.record(&mut decision, r, outcome, root);
             decision.rule.is_some()
         });
