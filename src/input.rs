@@ -125,6 +125,7 @@ fn describe(e: &simd_json::Error) -> String {
         E::ExpectedArrayComma | E::ExpectedMapComma => "expected `,` or a closing bracket".into(),
         E::DepthLimitExceeded => "nested too deeply".into(),
         E::NoStructure => "the body is empty".into(),
+        E::Syntax | E::UnexpectedCharacter | E::InternalError => "invalid JSON syntax".into(),
         other => format!("not valid JSON ({other:?})"),
     }
 }

@@ -7,8 +7,12 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod config;
 pub mod diagnostic;
 pub mod expr;
 pub mod input;
+pub mod logging;
+pub mod metrics;
+pub mod server;
 pub mod suggest;
 pub mod table;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{Diagnostic, Severity};
 use crate::table::{table_name, Limits, Table};
 
 pub fn run(paths: &[PathBuf]) -> i32 {
@@ -19,8 +19,7 @@ pub fn run(paths: &[PathBuf]) -> i32 {
         let shown = path.display().to_string();
         let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
         if is_yaml {
-            eprintln!("{shown}: error: YAML rule sets and config files are not supported by this version of clef yet");
-            failed = true;
+            failed |= !check_yaml(&path, &shown);
             continue;
         }
         match Table::load(&path, &Limits::default()) {
@@ -50,4 +49,23 @@ pub fn run(paths: &[PathBuf]) -> i32 {
         }
     }
     i32::from(failed)
+}
+
+/// A YAML file with a top-level `rules` key is a rule set; any other YAML is a config.
+fn check_yaml(path: &std::path::Path, shown: &str) -> bool {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let is_ruleset = text.trim_start_matches('\u{feff}').lines().any(|l| l.starts_with("rules:"));
+    if is_ruleset {
+        eprintln!("{shown}:1:1: error: YAML rule sets are not supported by this version of clef yet");
+        return false;
+    }
+    let diagnostics = crate::config::check_file(path);
+    let errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
+    for d in &diagnostics {
+        eprintln!("{d}");
+    }
+    if errors == 0 {
+        println!("{shown}: ok (config)");
+    }
+    errors == 0
 }

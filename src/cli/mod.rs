@@ -3,6 +3,7 @@
 mod bench;
 mod check;
 mod decide;
+mod serve;
 pub mod tests;
 
 use std::ffi::OsString;
@@ -19,11 +20,23 @@ use clap::{Parser, Subcommand};
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the appliance (the default command).
+    Serve {
+        /// the config file (default: ./config.yaml, then /etc/clef/config.yaml)
+        #[arg(short = 'c', long = "config")]
+        config: Option<PathBuf>,
+        /// the port of the decision listener (overrides server.port)
+        #[arg(long)]
+        port: Option<u16>,
+        /// the address of the decision listener (overrides server.host)
+        #[arg(long)]
+        host: Option<String>,
+    },
     /// Evaluate one input locally and print the decision JSON.
     Decide {
         /// the table file
@@ -75,7 +88,9 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
-    match cli.command {
+    let command = cli.command.unwrap_or(Command::Serve { config: None, port: None, host: None });
+    match command {
+        Command::Serve { config, port, host } => serve::run(config.as_deref(), port, host),
         Command::Decide { table, input, explain } => decide::run(&table, input.as_deref(), explain),
         Command::Check { paths } => check::run(&paths),
         Command::Test { paths, coverage } => tests::run(&paths, coverage),

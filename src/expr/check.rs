@@ -251,6 +251,7 @@ impl Checker<'_> {
         op: impl for<'v> Fn(&[Value<'v>], &'v Bump) -> Result<Value<'v>, EvalError>,
     ) -> Result<Abstract, ExprError> {
         let arena = Bump::new();
+        let all_literal = operands.iter().all(|a| a.value.is_some());
         let lists: Vec<Vec<Value<'_>>> = operands.iter().map(|a| candidates(a)).collect();
         let mut types = TypeSet::NONE;
         let mut first_error = None;
@@ -268,9 +269,15 @@ impl Checker<'_> {
                     types = types.with(TypeSet::of(v.type_of()));
                     value = Some(v.to_const());
                 }
-                Err(e) if is_value_error(&e) => types = TypeSet::ANY,
+                Err(e) if is_value_error(&e) && !all_literal => types = TypeSet::ANY,
                 Err(e) => {
-                    first_error.get_or_insert(e);
+                    // Prefer a message about real types over one about a missing (nil) value.
+                    let has_nil = args.iter().any(|v| matches!(v, Value::Nil));
+                    match first_error {
+                        None => first_error = Some((e, has_nil)),
+                        Some((_, true)) if !has_nil => first_error = Some((e, false)),
+                        _ => {}
+                    }
                 }
             }
             // next combination
@@ -291,11 +298,12 @@ impl Checker<'_> {
             }
         }
         if types == TypeSet::NONE {
-            if let Some(e) = first_error {
-                return Err(ExprError::new(span, format!("{e}, whatever the input")));
+            if let Some((e, _)) = first_error {
+                let msg =
+                    if all_literal { format!("this always fails: {e}") } else { format!("{e}, whatever the input") };
+                return Err(ExprError::new(span, msg));
             }
         }
-        let all_literal = operands.iter().all(|a| a.value.is_some());
         Ok(Abstract { types, value: if all_literal && combos == 1 { value } else { None } })
     }
 
@@ -457,7 +465,16 @@ fn binary<'a>(op: BinOp, a: &Value<'a>, b: &Value<'a>, arena: &'a Bump) -> Resul
 /// The pattern of `matches` / `~` / `!~` must be a string literal.
 fn regex_literal(pattern: &Abstract, span: Span) -> Result<(), ExprError> {
     match &pattern.value {
-        Some(Const::Str(_)) => Ok(()),
+        Some(Const::Str(p)) => match regex_syntax::Parser::new().parse(p) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let text = e.to_string();
+                let detail = text.lines().last().unwrap_or("").trim_start_matches("error: ").to_string();
+                let mut quoted = String::new();
+                super::value::write_json_string(p, &mut quoted);
+                Err(ExprError::new(span, format!("invalid regex {quoted}: {detail}")))
+            }
+        },
         _ => Err(ExprError::new(
             span,
             "the pattern of `matches`/`~`/`!~` must be a string literal, compiled once when the table loads".into(),

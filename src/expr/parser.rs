@@ -346,9 +346,11 @@ impl Parser {
             }
             Tok::LParen => {
                 self.enter(span)?;
-                let inner = self.ternary()?;
-                self.expect(Tok::RParen, "`)`")?;
+                let mut inner = self.ternary()?;
+                let close = self.expect(Tok::RParen, "`)`")?;
                 self.leave();
+                // The parentheses belong to the expression: messages quote it whole.
+                inner.span = span.to(close.span);
                 return Ok(inner);
             }
             Tok::LBracket => return self.array(span),

@@ -106,6 +106,7 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Je
         }
     }
     if !p.diags.is_empty() {
+        p.diags.sort_by_key(|d| (d.line, d.column));
         return Err(p.diags);
     }
     let labels: Vec<String> = rules.iter().map(|r| format!("rule \"{}\"", r.id)).collect();

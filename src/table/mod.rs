@@ -3,6 +3,7 @@
 
 pub mod index;
 pub mod jev;
+pub mod registry;
 pub mod rules;
 
 use std::fmt;
@@ -121,6 +122,8 @@ pub struct Table {
     pub declared_name: Option<String>,
     /// tests stored in the table file
     pub tests: Option<serde_json::Value>,
+    /// `params` as declared in the file
+    pub params: Option<serde_json::Value>,
     /// the compiled rules
     pub engine: RuleEngine,
     /// when it was loaded
@@ -185,6 +188,7 @@ impl Table {
             description: meta.description,
             declared_name: meta.name,
             tests: meta.tests,
+            params: meta.params,
             engine,
             loaded_at: SystemTime::now(),
             compile_time: started.elapsed(),

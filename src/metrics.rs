@@ -1,0 +1,965 @@
+//! Per-core counters, merged and encoded when `GET /metrics` is read (SPEC §6, §10).
+//!
+//! Nothing here takes a lock or writes a cache line that another core also writes on the
+//! request path: every thread gets a stable slot ([`worker_slot`]) and counts into its own
+//! [`CachePadded`] block with relaxed `fetch_add`s. A scrape sums the blocks, takes an owned
+//! snapshot, and encodes it with the `prometheus-client` text encoders through a [`Registry`]
+//! of [`Collector`]s (one per group of metric families).
+//!
+//! [`encode`] produces the OpenMetrics text format (ending with `# EOF`), to be served with
+//! [`CONTENT_TYPE`]; [`encode_format`] with [`Format::Prometheus`] produces the classic
+//! Prometheus text format (version 0.0.4) for clients that do not ask for OpenMetrics
+//! (see [`Format::from_accept`]).
+
+use std::cell::Cell;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+use crossbeam::utils::CachePadded;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+/// Number of distinct worker slots; threads beyond this share slots (still correct, as every
+/// counter is updated with an atomic `fetch_add`, just no longer contention-free).
+pub const SLOTS: usize = 64;
+
+/// Latency buckets, in microseconds.
+pub const LATENCY_BUCKETS_US: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0, 25000.0];
+
+/// `Content-Type` of the output of [`encode`] (OpenMetrics text format 1.0.0).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `Content-Type` of the classic Prometheus text format (version 0.0.4), see [`Format::Prometheus`].
+pub const PROMETHEUS_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+const N_BUCKETS: usize = 12;
+const _: () = assert!(LATENCY_BUCKETS_US.len() == N_BUCKETS);
+
+/// Upper bounds of the latency buckets in nanoseconds (inclusive, as Prometheus' `le`).
+const BOUNDS_NS: [u64; N_BUCKETS] = {
+    let mut out = [0u64; N_BUCKETS];
+    let mut i = 0;
+    while i < N_BUCKETS {
+        out[i] = (LATENCY_BUCKETS_US[i] * 1000.0) as u64;
+        i += 1;
+    }
+    out
+};
+
+// ---------------------------------------------------------------------------------------------
+// Worker slots
+
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The calling thread's stable slot in `0..SLOTS`.
+///
+/// Slots are handed out from a global counter the first time a thread asks, so a worker that
+/// calls this once at start-up gets one of the lowest slots (which every [`TableStats`] keeps
+/// separate). Threads beyond [`SLOTS`] wrap around and share a slot. With `may` coroutines the
+/// slot is that of the OS thread running the coroutine at the moment of the call; never keep it
+/// across a yield point.
+#[inline]
+pub fn worker_slot() -> usize {
+    SLOT.with(|slot| {
+        let v = slot.get();
+        if v != usize::MAX {
+            return v;
+        }
+        let v = NEXT_SLOT.fetch_add(1, Relaxed) % SLOTS;
+        slot.set(v);
+        v
+    })
+}
+
+/// How many slots a [`TableStats`] allocates: twice the cores (room for the admin listener and
+/// other helper threads), rounded up to a power of two, at most [`SLOTS`]. Keeps a 10,000-rule
+/// table at about 1.3 MB on a 4-core Raspberry Pi instead of 10 MB for all 64 slots.
+fn table_slots() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+        (cores * 2).next_power_of_two().min(SLOTS)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Table statistics
+
+/// `u64` cells in one cache-line-aligned chunk (128 bytes, the `CachePadded` size on x86_64
+/// and aarch64).
+const LANES: usize = 16;
+type Chunk = CachePadded<[AtomicU64; LANES]>;
+
+// Cell layout of one slot of a table: the fixed cells fill exactly the first chunk, then one
+// decision counter per rule, then one warning counter per rule.
+const BUCKETS: usize = 0; // N_BUCKETS + 1 cells: the bounds, then the +Inf overflow
+const SUM_NS: usize = BUCKETS + N_BUCKETS + 1;
+const NO_MATCH: usize = SUM_NS + 1;
+const INVALID: usize = NO_MATCH + 1;
+const FIXED: usize = INVALID + 1;
+const _: () = assert!(FIXED == LANES);
+
+/// Decision counters of one table version, per worker slot: decisions per rule, no-match
+/// count, evaluation warnings per rule, latency histogram and invalid-input count.
+///
+/// Allocated once per table load; the request path only does a few relaxed `fetch_add`s on
+/// the calling thread's cache-line-aligned block.
+pub struct TableStats {
+    rule_ids: Vec<String>,
+    /// Power of two, at most [`SLOTS`].
+    slots: usize,
+    chunks_per_slot: usize,
+    cells: Box<[Chunk]>,
+}
+
+impl fmt::Debug for TableStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableStats").field("rules", &self.rule_ids.len()).field("slots", &self.slots).finish()
+    }
+}
+
+impl TableStats {
+    /// Zeroed counters for a table whose rules (by index) have these ids.
+    pub fn new(rule_ids: Vec<String>) -> TableStats {
+        Self::with_slots(rule_ids, table_slots())
+    }
+
+    fn with_slots(rule_ids: Vec<String>, slots: usize) -> TableStats {
+        debug_assert!(slots.is_power_of_two() && slots <= SLOTS);
+        let cells_per_slot = FIXED + 2 * rule_ids.len();
+        let chunks_per_slot = cells_per_slot.div_ceil(LANES);
+        let cells = (0..slots * chunks_per_slot).map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))));
+        TableStats { rule_ids, slots, chunks_per_slot, cells: cells.collect() }
+    }
+
+    /// The rule ids, by rule index.
+    pub fn rule_ids(&self) -> &[String] {
+        &self.rule_ids
+    }
+
+    #[inline]
+    fn add(&self, base: usize, cell: usize) {
+        self.cells[base + cell / LANES][cell % LANES].fetch_add(1, Relaxed);
+    }
+
+    #[inline]
+    fn base(&self) -> usize {
+        (worker_slot() & (self.slots - 1)) * self.chunks_per_slot
+    }
+
+    /// Counts one decision: the matching rule's index (`None`: no rule matched, the default
+    /// answered), its latency, and the indices of the rules whose evaluation warned.
+    /// Out-of-range rule indices are not counted.
+    #[inline]
+    pub fn record(&self, rule: Option<usize>, latency_ns: u64, warning_rules: &[usize]) {
+        let base = self.base();
+        let n = self.rule_ids.len();
+        match rule {
+            None => self.add(base, NO_MATCH),
+            Some(r) => {
+                debug_assert!(r < n, "rule index {r} out of range ({n} rules)");
+                if r < n {
+                    self.add(base, FIXED + r);
+                }
+            }
+        }
+        let bucket = BOUNDS_NS.iter().position(|&ub| latency_ns <= ub).unwrap_or(N_BUCKETS);
+        self.add(base, BUCKETS + bucket);
+        self.cells[base + SUM_NS / LANES][SUM_NS % LANES].fetch_add(latency_ns, Relaxed);
+        for &w in warning_rules {
+            if w < n {
+                self.add(base, FIXED + n + w);
+            }
+        }
+    }
+
+    /// Counts a request whose input was rejected before evaluation (outcome `invalid_input`).
+    #[inline]
+    pub fn record_invalid_input(&self) {
+        self.add(self.base(), INVALID);
+    }
+
+    /// Every cell summed over the slots.
+    fn totals(&self) -> Vec<u64> {
+        let len = FIXED + 2 * self.rule_ids.len();
+        let mut out = vec![0u64; len];
+        for slot in self.cells.chunks_exact(self.chunks_per_slot) {
+            for (chunk, out) in slot.iter().zip(out.chunks_mut(LANES)) {
+                for (cell, o) in chunk.iter().zip(out) {
+                    *o = o.wrapping_add(cell.load(Relaxed));
+                }
+            }
+        }
+        out
+    }
+
+    fn snapshot(&self, view: &TableView<'_>) -> TableSnapshot {
+        let totals = self.totals();
+        let n = self.rule_ids.len();
+        let nonzero = |counts: &[u64]| -> Vec<(String, u64)> {
+            counts.iter().zip(&self.rule_ids).filter(|(c, _)| **c != 0).map(|(c, id)| (id.clone(), *c)).collect()
+        };
+        let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS_US
+            .iter()
+            .zip(&totals[BUCKETS..BUCKETS + N_BUCKETS])
+            .map(|(us, c)| (us / 1e6, *c))
+            .collect();
+        buckets.push((f64::INFINITY, totals[BUCKETS + N_BUCKETS]));
+        TableSnapshot {
+            name: view.name.to_owned(),
+            version: view.version.to_owned(),
+            kind: view.kind.to_owned(),
+            matched: nonzero(&totals[FIXED..FIXED + n]),
+            warnings: nonzero(&totals[FIXED + n..FIXED + 2 * n]),
+            no_match: totals[NO_MATCH],
+            invalid: totals[INVALID],
+            // Derived from the buckets so that `le="+Inf"` always equals `_count`.
+            count: buckets.iter().map(|(_, c)| c).sum(),
+            buckets,
+            sum_seconds: totals[SUM_NS] as f64 / 1e9,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server statistics
+
+/// Status codes counted under their own `code` label; others are counted by class (`"4xx"`).
+const CODES: [u16; 25] = [
+    200, 204, 301, 302, 304, 400, 401, 403, 404, 405, 406, 408, 409, 411, 413, 414, 415, 422, 429, 431, 500, 501, 502,
+    503, 504,
+];
+const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
+const CODE_LABELS: usize = CODES.len() + CLASSES.len();
+const LISTENERS: [&str; 2] = ["main", "admin"];
+
+fn code_index(status: u16) -> usize {
+    match CODES.binary_search(&status) {
+        Ok(i) => i,
+        Err(_) => CODES.len() + if (100..600).contains(&status) { usize::from(status / 100) - 1 } else { 5 },
+    }
+}
+
+fn code_label(index: usize) -> String {
+    match CODES.get(index) {
+        Some(code) => code.to_string(),
+        None => CLASSES[index - CODES.len()].to_owned(),
+    }
+}
+
+struct ServerSlot {
+    responses: [[AtomicU64; CODE_LABELS]; 2],
+    accepted: AtomicU64,
+    rejected: AtomicU64,
+    timeouts: AtomicU64,
+}
+
+impl ServerSlot {
+    fn new() -> ServerSlot {
+        let zero = || AtomicU64::new(0);
+        ServerSlot {
+            responses: std::array::from_fn(|_| std::array::from_fn(|_| zero())),
+            accepted: zero(),
+            rejected: zero(),
+            timeouts: zero(),
+        }
+    }
+}
+
+struct Reloads {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    /// `f64::to_bits` of the unix time of the last successful reload; 0.0 when none.
+    last_ok: AtomicU64,
+}
+
+/// Server-wide counters: HTTP responses by listener and code, connections accepted and
+/// rejected, request timeouts (all per worker slot), and reload results (global; reloads are
+/// rare).
+pub struct ServerStats {
+    slots: Box<[CachePadded<ServerSlot>]>,
+    reloads: CachePadded<Reloads>,
+}
+
+impl fmt::Debug for ServerStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerStats").field("slots", &self.slots.len()).finish()
+    }
+}
+
+impl Default for ServerStats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ServerStats {
+    /// Zeroed counters.
+    pub fn new() -> ServerStats {
+        ServerStats {
+            slots: (0..SLOTS).map(|_| CachePadded::new(ServerSlot::new())).collect(),
+            reloads: CachePadded::new(Reloads {
+                ok: AtomicU64::new(0),
+                failed: AtomicU64::new(0),
+                last_ok: AtomicU64::new(0f64.to_bits()),
+            }),
+        }
+    }
+
+    #[inline]
+    fn slot(&self) -> &ServerSlot {
+        &self.slots[worker_slot() % SLOTS]
+    }
+
+    /// Counts a response sent on the main (`admin == false`) or admin listener. Common codes
+    /// are counted exactly, others by class (`"4xx"`, or `"other"` outside 100..=599).
+    #[inline]
+    pub fn record_response(&self, admin: bool, status: u16) {
+        self.slot().responses[usize::from(admin)][code_index(status)].fetch_add(1, Relaxed);
+    }
+
+    /// Counts an accepted connection.
+    #[inline]
+    pub fn connection_accepted(&self) {
+        self.slot().accepted.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a connection refused because `max_connections` were open.
+    #[inline]
+    pub fn connection_rejected(&self) {
+        self.slot().rejected.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a request that timed out.
+    #[inline]
+    pub fn request_timed_out(&self) {
+        self.slot().timeouts.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a finished reload; a successful one also sets the last-success time (unix seconds).
+    pub fn reload_finished(&self, ok: bool, unix_time: f64) {
+        if ok {
+            self.reloads.ok.fetch_add(1, Relaxed);
+            self.reloads.last_ok.store(unix_time.to_bits(), Relaxed);
+        } else {
+            self.reloads.failed.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn snapshot(&self) -> ServerSnapshot {
+        let mut s = ServerSnapshot {
+            responses: [[0; CODE_LABELS]; 2],
+            accepted: 0,
+            rejected: 0,
+            timeouts: 0,
+            reloads_ok: self.reloads.ok.load(Relaxed),
+            reloads_failed: self.reloads.failed.load(Relaxed),
+            last_reload_ok: f64::from_bits(self.reloads.last_ok.load(Relaxed)),
+        };
+        for slot in self.slots.iter() {
+            for (out, cells) in s.responses.iter_mut().zip(&slot.responses) {
+                for (o, c) in out.iter_mut().zip(cells) {
+                    *o += c.load(Relaxed);
+                }
+            }
+            s.accepted += slot.accepted.load(Relaxed);
+            s.rejected += slot.rejected.load(Relaxed);
+            s.timeouts += slot.timeouts.load(Relaxed);
+        }
+        s
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scrape
+
+/// What a scrape needs about one table.
+#[derive(Debug, Clone, Copy)]
+pub struct TableView<'a> {
+    /// Table name (label `table`).
+    pub name: &'a str,
+    /// Version of the table being served (label `version` of `clef_table_info`).
+    pub version: &'a str,
+    /// Kind of table, e.g. `"jev"` (label `kind` of `clef_table_info`).
+    pub kind: &'a str,
+    /// Its counters.
+    pub stats: &'a TableStats,
+}
+
+/// Gauges read at scrape time.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Gauges {
+    /// Seconds since the server started (`clef_uptime_seconds`).
+    pub uptime_seconds: f64,
+    /// Requests being handled now (`clef_inflight_requests`).
+    pub inflight: u64,
+    /// Recent share of worker time spent busy (`clef_load`).
+    pub load: f64,
+    /// Open client connections (`clef_open_connections`).
+    pub open_connections: u64,
+    /// Tables whose latest file failed to load (`clef_table_load_errors`).
+    pub table_errors: u64,
+}
+
+/// Exposition format of the scrape output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// OpenMetrics text 1.0.0 (ends with `# EOF`); serve with [`CONTENT_TYPE`].
+    #[default]
+    OpenMetrics,
+    /// Classic Prometheus text format 0.0.4; serve with [`PROMETHEUS_CONTENT_TYPE`].
+    Prometheus,
+}
+
+impl Format {
+    /// OpenMetrics when the `Accept` header asks for `application/openmetrics-text` (as
+    /// Prometheus does), else the classic Prometheus text format (curl, older scrapers).
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.to_ascii_lowercase().contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Prometheus,
+        }
+    }
+
+    /// The `Content-Type` to serve this format with.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => CONTENT_TYPE,
+            Format::Prometheus => PROMETHEUS_CONTENT_TYPE,
+        }
+    }
+}
+
+/// Encodes everything in the OpenMetrics text format (serve with [`CONTENT_TYPE`]).
+pub fn encode(tables: &[TableView<'_>], server: &ServerStats, gauges: &Gauges) -> String {
+    encode_format(Format::OpenMetrics, tables, server, gauges)
+}
+
+/// Encodes everything in the given format (serve with [`Format::content_type`]).
+pub fn encode_format(format: Format, tables: &[TableView<'_>], server: &ServerStats, gauges: &Gauges) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(TablesCollector(tables.iter().map(|t| t.stats.snapshot(t)).collect())));
+    registry.register_collector(Box::new(ServerCollector(server.snapshot())));
+    registry.register_collector(Box::new(GaugesCollector(*gauges)));
+    let mut out = String::with_capacity(4096);
+    let result = match format {
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
+        Format::Prometheus => prometheus_client::encoding::prometheus_text::encode(&mut out, &registry),
+    };
+    // Writing to a String cannot fail, and the collectors only pass errors through.
+    debug_assert!(result.is_ok(), "encoding metrics failed");
+    out
+}
+
+#[derive(Debug)]
+struct TableSnapshot {
+    name: String,
+    version: String,
+    kind: String,
+    /// Non-zero decision counts by rule id.
+    matched: Vec<(String, u64)>,
+    /// Non-zero warning counts by rule id.
+    warnings: Vec<(String, u64)>,
+    no_match: u64,
+    invalid: u64,
+    /// Upper bound in seconds (last: +Inf), non-cumulative count.
+    buckets: Vec<(f64, u64)>,
+    count: u64,
+    sum_seconds: f64,
+}
+
+#[derive(Debug)]
+struct ServerSnapshot {
+    responses: [[u64; CODE_LABELS]; 2],
+    accepted: u64,
+    rejected: u64,
+    timeouts: u64,
+    reloads_ok: u64,
+    reloads_failed: u64,
+    last_reload_ok: f64,
+}
+
+#[derive(Debug)]
+struct TablesCollector(Vec<TableSnapshot>);
+
+impl Collector for TablesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let help = "Decisions by table, rule and outcome (matched, default: no rule matched, invalid_input)";
+        let mut m = encoder.encode_descriptor("clef_decisions", help, None, MetricType::Counter)?;
+        for t in &self.0 {
+            let table = t.name.as_str();
+            for (rule, n) in &t.matched {
+                let labels = [("table", table), ("rule", rule.as_str()), ("outcome", "matched")];
+                ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
+            }
+            let labels = [("table", table), ("rule", ""), ("outcome", "default")];
+            ConstCounter::new(t.no_match).encode(m.encode_family(&labels)?)?;
+            let labels = [("table", table), ("rule", ""), ("outcome", "invalid_input")];
+            ConstCounter::new(t.invalid).encode(m.encode_family(&labels)?)?;
+        }
+
+        let help = "Time to decide (parse, evaluate, render), by table";
+        let mut m = encoder.encode_descriptor("clef_decision_duration_seconds", help, None, MetricType::Histogram)?;
+        for t in &self.0 {
+            let labels = [("table", t.name.as_str())];
+            m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(t.sum_seconds, t.count, &t.buckets, None)?;
+        }
+
+        let help = "Rule evaluation errors reported as decision warnings, by table and rule";
+        let mut m = encoder.encode_descriptor("clef_evaluation_warnings", help, None, MetricType::Counter)?;
+        for t in &self.0 {
+            for (rule, n) in &t.warnings {
+                let labels = [("table", t.name.as_str()), ("rule", rule.as_str())];
+                ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+
+        let help = "Tables being served, with their version and kind";
+        let mut m = encoder.encode_descriptor("clef_table", help, None, MetricType::Info)?;
+        for t in &self.0 {
+            m.encode_info(&[("table", t.name.as_str()), ("version", t.version.as_str()), ("kind", t.kind.as_str())])?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct ServerCollector(ServerSnapshot);
+
+impl Collector for ServerCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let s = &self.0;
+        let help = "HTTP responses by listener (main, admin) and status code (or class)";
+        let mut m = encoder.encode_descriptor("clef_http_responses", help, None, MetricType::Counter)?;
+        for (listener, counts) in LISTENERS.iter().zip(&s.responses) {
+            for (i, &n) in counts.iter().enumerate().filter(|(_, n)| **n != 0) {
+                let code = code_label(i);
+                let labels = [("listener", *listener), ("code", code.as_str())];
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+
+        let counters = [
+            ("clef_connections_accepted", "Client connections accepted", s.accepted),
+            ("clef_connections_rejected", "Client connections refused because max_connections were open", s.rejected),
+            ("clef_request_timeouts", "Requests that timed out", s.timeouts),
+        ];
+        for (name, help, value) in counters {
+            ConstCounter::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)?;
+        }
+
+        let help = "Table reloads by result (ok: every table loaded or unchanged, failed: at least one failed)";
+        let mut m = encoder.encode_descriptor("clef_reloads", help, None, MetricType::Counter)?;
+        ConstCounter::new(s.reloads_ok).encode(m.encode_family(&[("result", "ok")])?)?;
+        ConstCounter::new(s.reloads_failed).encode(m.encode_family(&[("result", "failed")])?)?;
+
+        let help = "Unix time of the last successful reload (0: none yet)";
+        let m =
+            encoder.encode_descriptor("clef_last_reload_success_timestamp_seconds", help, None, MetricType::Gauge)?;
+        ConstGauge::new(s.last_reload_ok).encode(m)
+    }
+}
+
+#[derive(Debug)]
+struct GaugesCollector(Gauges);
+
+impl Collector for GaugesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let g = &self.0;
+        let floats = [
+            ("clef_uptime_seconds", "Seconds since the server started", g.uptime_seconds),
+            ("clef_load", "Recent share of worker time spent handling requests", g.load),
+        ];
+        let ints = [
+            ("clef_inflight_requests", "Requests being handled now", g.inflight),
+            ("clef_open_connections", "Open client connections", g.open_connections),
+            (
+                "clef_table_load_errors",
+                "Tables whose latest file failed to load (an older version may still serve)",
+                g.table_errors,
+            ),
+        ];
+        for (name, help, value) in floats {
+            ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+        }
+        for (name, help, value) in ints {
+            ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Sample {
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    }
+
+    fn is_name(s: &str) -> bool {
+        let mut chars = s.chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    }
+
+    /// Parses `{k="v",...}` (the text after the metric name), returning the labels and the rest.
+    fn parse_labels(s: &str) -> (Vec<(String, String)>, &str) {
+        let mut labels = Vec::new();
+        let Some(mut rest) = s.strip_prefix('{') else { return (labels, s) };
+        loop {
+            let eq = rest.find('=').expect("label without =");
+            let key = &rest[..eq];
+            assert!(is_name(key) && !key.contains(':'), "bad label name {key:?}");
+            rest = rest[eq + 1..].strip_prefix('"').expect("label value not quoted");
+            let mut value = String::new();
+            let mut chars = rest.char_indices();
+            let end = loop {
+                match chars.next().expect("unterminated label value") {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next().expect("dangling escape").1 {
+                        '\\' => value.push('\\'),
+                        '"' => value.push('"'),
+                        'n' => value.push('\n'),
+                        c => panic!("bad escape \\{c}"),
+                    },
+                    (_, '\n') => panic!("raw newline in label value"),
+                    (_, c) => value.push(c),
+                }
+            };
+            labels.push((key.to_owned(), value));
+            rest = &rest[end + 1..];
+            if let Some(r) = rest.strip_prefix(',') {
+                rest = r;
+            } else {
+                return (labels, rest.strip_prefix('}').expect("labels not closed"));
+            }
+        }
+    }
+
+    /// Checks every line is a `# HELP`/`# TYPE` comment, `# EOF` (last line, OpenMetrics only)
+    /// or `name{labels} value`, and that every sample belongs to a family announced by `# TYPE`.
+    fn parse(text: &str, format: Format) -> Vec<Sample> {
+        assert!(text.ends_with('\n'));
+        let lines: Vec<&str> = text.lines().collect();
+        let mut samples = Vec::new();
+        let mut families: Vec<(String, String)> = Vec::new();
+        let mut helped: Vec<String> = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            if let Some(comment) = line.strip_prefix("# ") {
+                if comment == "EOF" {
+                    assert_eq!(format, Format::OpenMetrics, "# EOF in the Prometheus format");
+                    assert_eq!(i, lines.len() - 1, "# EOF before the end");
+                    continue;
+                }
+                let (kind, rest) = comment.split_once(' ').expect("bare comment");
+                let (name, arg) = rest.split_once(' ').expect("comment without argument");
+                assert!(is_name(name), "bad name in {line:?}");
+                match kind {
+                    "HELP" => {
+                        assert!(!arg.is_empty());
+                        helped.push(name.to_owned());
+                    }
+                    "TYPE" => {
+                        let allowed: &[&str] = match format {
+                            Format::OpenMetrics => &["counter", "gauge", "histogram", "info"],
+                            Format::Prometheus => &["counter", "gauge", "histogram"],
+                        };
+                        assert!(allowed.contains(&arg), "type {arg} in {line:?}");
+                        assert_eq!(helped.last().map(String::as_str), Some(name), "TYPE without HELP");
+                        assert!(families.iter().all(|(n, _)| n != name), "family {name} twice");
+                        families.push((name.to_owned(), arg.to_owned()));
+                    }
+                    _ => panic!("unexpected comment {line:?}"),
+                }
+                continue;
+            }
+            let name_end = line.find(['{', ' ']).expect("sample without value");
+            let name = &line[..name_end];
+            assert!(is_name(name), "bad metric name in {line:?}");
+            let (labels, rest) = parse_labels(&line[name_end..]);
+            let value: f64 = rest.strip_prefix(' ').expect("no space before value").parse().expect("bad value");
+            let (family, kind) = families.last().expect("sample before # TYPE");
+            let suffixes: &[&str] = match (format, kind.as_str()) {
+                (Format::OpenMetrics, "counter") => &["_total"],
+                (Format::OpenMetrics, "info") => &["_info"],
+                (_, "histogram") => &["_bucket", "_sum", "_count"],
+                _ => &[""],
+            };
+            assert!(suffixes.iter().any(|s| name == format!("{family}{s}")), "{name} outside family {family}");
+            samples.push(Sample { name: name.to_owned(), labels, value });
+        }
+        assert_eq!(format == Format::OpenMetrics, text.ends_with("# EOF\n"));
+        samples
+    }
+
+    /// The value of the series with exactly these labels (in any order).
+    fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let found: Vec<f64> = samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && s.labels.len() == labels.len()
+                    && labels.iter().all(|(k, v)| s.labels.iter().any(|(k2, v2)| k2 == k && v2 == v))
+            })
+            .map(|s| s.value)
+            .collect();
+        assert!(found.len() <= 1, "duplicate series {name}{labels:?}");
+        found.first().copied()
+    }
+
+    fn ids(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn gauges() -> Gauges {
+        Gauges { uptime_seconds: 12.5, inflight: 3, load: 0.25, open_connections: 7, table_errors: 1 }
+    }
+
+    #[test]
+    fn worker_slot_is_stable_and_in_range() {
+        let here = worker_slot();
+        assert_eq!(here, worker_slot());
+        assert!(here < SLOTS);
+        let there = std::thread::spawn(|| (worker_slot(), worker_slot())).join().unwrap();
+        assert_eq!(there.0, there.1);
+        assert!(there.0 < SLOTS);
+        assert!(table_slots().is_power_of_two() && table_slots() <= SLOTS);
+    }
+
+    #[test]
+    fn bucket_bounds_are_inclusive_nanoseconds() {
+        assert_eq!(
+            BOUNDS_NS,
+            [1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 5_000_000, 25_000_000]
+        );
+        let stats = TableStats::with_slots(ids(&["a"]), 1);
+        for ns in [0, 1_000, 1_001, 25_000_000, 25_000_001] {
+            stats.record(Some(0), ns, &[]);
+        }
+        let t = stats.totals();
+        assert_eq!(&t[BUCKETS..BUCKETS + 3], &[2, 1, 0]);
+        assert_eq!(t[BUCKETS + N_BUCKETS - 1], 1);
+        assert_eq!(t[BUCKETS + N_BUCKETS], 1);
+        assert_eq!(t[SUM_NS], 1_000 + 1_001 + 25_000_000 + 25_000_001);
+    }
+
+    #[test]
+    fn counts_from_several_threads_sum() {
+        const THREADS: usize = 8;
+        const N: u64 = 10_000;
+        // Two slots for eight threads: collisions must still count correctly.
+        for stats in [TableStats::new(ids(&["r0", "r1", "r2"])), TableStats::with_slots(ids(&["r0", "r1", "r2"]), 2)] {
+            let server = ServerStats::new();
+            std::thread::scope(|s| {
+                for t in 0..THREADS {
+                    let (stats, server) = (&stats, &server);
+                    s.spawn(move || {
+                        for i in 0..N {
+                            let rule = if i % 10 == 0 { None } else { Some(t % 3) };
+                            stats.record(rule, 1_500, if i % 4 == 0 { &[2] } else { &[] });
+                            if i % 100 == 0 {
+                                stats.record_invalid_input();
+                            }
+                            server.record_response(t % 2 == 1, 200);
+                            server.connection_accepted();
+                        }
+                    });
+                }
+            });
+            let t = stats.totals();
+            let total = THREADS as u64 * N;
+            let matched = total - total / 10;
+            let per_rule = |r: usize| (0..THREADS).filter(|t| t % 3 == r).count() as u64 * (N - N / 10);
+            assert_eq!(&t[FIXED..FIXED + 3], &[per_rule(0), per_rule(1), per_rule(2)]);
+            assert_eq!(t[FIXED..FIXED + 3].iter().sum::<u64>(), matched);
+            assert_eq!(t[NO_MATCH], total / 10);
+            assert_eq!(t[INVALID], THREADS as u64 * N / 100);
+            assert_eq!(&t[FIXED + 3..], &[0, 0, total / 4]);
+            assert_eq!(t[BUCKETS + 1], total);
+            assert_eq!(t[SUM_NS], total * 1_500);
+            let s = server.snapshot();
+            assert_eq!(s.responses[0][code_index(200)], total / 2);
+            assert_eq!(s.responses[1][code_index(200)], total / 2);
+            assert_eq!(s.accepted, total);
+        }
+    }
+
+    fn sample_output(format: Format) -> String {
+        let risk = TableStats::new(ids(&["r1", "r2", "r3"]));
+        risk.record(Some(0), 500, &[]);
+        risk.record(Some(0), 1_500, &[2]);
+        risk.record(None, 30_000_000, &[]);
+        risk.record_invalid_input();
+        let empty = TableStats::new(Vec::new());
+        let server = ServerStats::new();
+        for _ in 0..3 {
+            server.record_response(false, 200);
+        }
+        server.record_response(true, 404);
+        server.record_response(false, 418);
+        server.record_response(false, 42);
+        server.connection_accepted();
+        server.connection_accepted();
+        server.connection_rejected();
+        server.request_timed_out();
+        server.reload_finished(true, 1_700_000_000.5);
+        server.reload_finished(false, 1_700_000_100.0);
+        let tables = [
+            TableView { name: "risk", version: "sha256:ab12", kind: "jev", stats: &risk },
+            TableView { name: "idle", version: "v0", kind: "flash", stats: &empty },
+        ];
+        encode_format(format, &tables, &server, &gauges())
+    }
+
+    fn check_sample_output(format: Format) {
+        let text = sample_output(format);
+        let s = parse(&text, format);
+        let d = "clef_decisions_total";
+        assert_eq!(value(&s, d, &[("table", "risk"), ("rule", "r1"), ("outcome", "matched")]), Some(2.0));
+        assert_eq!(value(&s, d, &[("table", "risk"), ("rule", "r2"), ("outcome", "matched")]), None);
+        assert_eq!(value(&s, d, &[("table", "risk"), ("rule", ""), ("outcome", "default")]), Some(1.0));
+        assert_eq!(value(&s, d, &[("table", "risk"), ("rule", ""), ("outcome", "invalid_input")]), Some(1.0));
+        // Table-level series are always there.
+        assert_eq!(value(&s, d, &[("table", "idle"), ("rule", ""), ("outcome", "default")]), Some(0.0));
+        assert_eq!(value(&s, d, &[("table", "idle"), ("rule", ""), ("outcome", "invalid_input")]), Some(0.0));
+        assert_eq!(s.iter().filter(|x| x.name == d).count(), 5);
+
+        let w = "clef_evaluation_warnings_total";
+        assert_eq!(value(&s, w, &[("table", "risk"), ("rule", "r3")]), Some(1.0));
+        assert_eq!(s.iter().filter(|x| x.name == w).count(), 1);
+
+        let info = "clef_table_info";
+        assert_eq!(value(&s, info, &[("table", "risk"), ("version", "sha256:ab12"), ("kind", "jev")]), Some(1.0));
+        assert_eq!(value(&s, info, &[("table", "idle"), ("version", "v0"), ("kind", "flash")]), Some(1.0));
+
+        for (table, count, sum) in [("risk", 3.0, 0.030_002), ("idle", 0.0, 0.0)] {
+            let h = "clef_decision_duration_seconds";
+            assert_eq!(value(&s, &format!("{h}_count"), &[("table", table)]), Some(count));
+            let got_sum = value(&s, &format!("{h}_sum"), &[("table", table)]).unwrap();
+            assert!((got_sum - sum).abs() < 1e-12, "{got_sum} != {sum}");
+            let buckets: Vec<(f64, f64)> = s
+                .iter()
+                .filter(|x| {
+                    x.name == format!("{h}_bucket") && x.labels.iter().any(|l| l == &("table".into(), table.into()))
+                })
+                .map(|x| (x.labels.iter().find(|(k, _)| k == "le").unwrap().1.parse().unwrap(), x.value))
+                .collect();
+            assert_eq!(buckets.len(), N_BUCKETS + 1);
+            for ((le, _), us) in buckets.iter().zip(LATENCY_BUCKETS_US) {
+                assert_eq!(*le, us / 1e6);
+            }
+            assert!(buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "not cumulative: {buckets:?}");
+            assert_eq!(buckets.last().unwrap(), &(f64::INFINITY, count));
+            if table == "risk" {
+                // 500 ns and 1500 ns in the first two buckets; 30 ms only in +Inf.
+                assert_eq!(buckets[0].1, 1.0);
+                assert_eq!(buckets[1].1, 2.0);
+                assert_eq!(buckets[N_BUCKETS - 1].1, 2.0);
+            }
+        }
+
+        let r = "clef_http_responses_total";
+        assert_eq!(value(&s, r, &[("listener", "main"), ("code", "200")]), Some(3.0));
+        assert_eq!(value(&s, r, &[("listener", "admin"), ("code", "404")]), Some(1.0));
+        assert_eq!(value(&s, r, &[("listener", "main"), ("code", "4xx")]), Some(1.0));
+        assert_eq!(value(&s, r, &[("listener", "main"), ("code", "other")]), Some(1.0));
+        assert_eq!(s.iter().filter(|x| x.name == r).count(), 4);
+
+        assert_eq!(value(&s, "clef_connections_accepted_total", &[]), Some(2.0));
+        assert_eq!(value(&s, "clef_connections_rejected_total", &[]), Some(1.0));
+        assert_eq!(value(&s, "clef_request_timeouts_total", &[]), Some(1.0));
+        assert_eq!(value(&s, "clef_reloads_total", &[("result", "ok")]), Some(1.0));
+        assert_eq!(value(&s, "clef_reloads_total", &[("result", "failed")]), Some(1.0));
+        assert_eq!(value(&s, "clef_last_reload_success_timestamp_seconds", &[]), Some(1_700_000_000.5));
+        assert_eq!(value(&s, "clef_uptime_seconds", &[]), Some(12.5));
+        assert_eq!(value(&s, "clef_inflight_requests", &[]), Some(3.0));
+        assert_eq!(value(&s, "clef_load", &[]), Some(0.25));
+        assert_eq!(value(&s, "clef_open_connections", &[]), Some(7.0));
+        assert_eq!(value(&s, "clef_table_load_errors", &[]), Some(1.0));
+    }
+
+    #[test]
+    fn encodes_openmetrics() {
+        check_sample_output(Format::OpenMetrics);
+        let text = sample_output(Format::OpenMetrics);
+        assert!(text.contains("# TYPE clef_decisions counter\n"));
+        assert!(text.contains("# TYPE clef_table info\n"));
+        assert!(text.ends_with("\n# EOF\n"));
+    }
+
+    #[test]
+    fn encodes_prometheus_text() {
+        check_sample_output(Format::Prometheus);
+        let text = sample_output(Format::Prometheus);
+        assert!(text.contains("# TYPE clef_decisions_total counter\n"));
+        assert!(text.contains("# TYPE clef_table_info gauge\n"));
+    }
+
+    #[test]
+    fn encode_is_openmetrics() {
+        let server = ServerStats::default();
+        let out = encode(&[], &server, &Gauges::default());
+        assert_eq!(out, encode_format(Format::OpenMetrics, &[], &server, &Gauges::default()));
+        assert!(out.contains("# HELP clef_decisions Decisions by table"));
+        assert_eq!(
+            value(&parse(&out, Format::OpenMetrics), "clef_last_reload_success_timestamp_seconds", &[]),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let name = "we\"ird\\name";
+        let rule = "line\nbreak \"q\"";
+        let stats = TableStats::new(vec![rule.to_owned()]);
+        stats.record(Some(0), 10, &[0]);
+        let tables = [TableView { name, version: "v\\1", kind: "jev", stats: &stats }];
+        for format in [Format::OpenMetrics, Format::Prometheus] {
+            let text = encode_format(format, &tables, &ServerStats::new(), &gauges());
+            assert!(text.contains(r#"table="we\"ird\\name""#), "{text}");
+            assert!(text.contains(r#"rule="line\nbreak \"q\"""#), "{text}");
+            let s = parse(&text, format);
+            let labels = [("table", name), ("rule", rule), ("outcome", "matched")];
+            assert_eq!(value(&s, "clef_decisions_total", &labels), Some(1.0));
+            assert_eq!(value(&s, "clef_evaluation_warnings_total", &[("table", name), ("rule", rule)]), Some(1.0));
+            let info = [("table", name), ("version", "v\\1"), ("kind", "jev")];
+            assert_eq!(value(&s, "clef_table_info", &info), Some(1.0));
+        }
+    }
+
+    #[test]
+    fn status_codes_and_classes() {
+        assert_eq!(code_label(code_index(200)), "200");
+        assert_eq!(code_label(code_index(503)), "503");
+        assert_eq!(code_label(code_index(101)), "1xx");
+        assert_eq!(code_label(code_index(207)), "2xx");
+        assert_eq!(code_label(code_index(418)), "4xx");
+        assert_eq!(code_label(code_index(599)), "5xx");
+        assert_eq!(code_label(code_index(600)), "other");
+        assert_eq!(code_label(code_index(0)), "other");
+        assert!(CODES.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn format_from_accept() {
+        let prometheus = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        assert_eq!(Format::from_accept(Some(prometheus)), Format::OpenMetrics);
+        assert_eq!(Format::from_accept(Some("*/*")), Format::Prometheus);
+        assert_eq!(Format::from_accept(None), Format::Prometheus);
+        assert_eq!(Format::OpenMetrics.content_type(), CONTENT_TYPE);
+        assert_eq!(Format::Prometheus.content_type(), "text/plain; version=0.0.4; charset=utf-8");
+    }
+}

@@ -1,0 +1,134 @@
+//! HTTP/1.1 requests and responses as the connection loop sees them.
+
+use std::fmt::Write as _;
+
+use crate::expr::value::write_json_string;
+
+/// A parsed request whose body has fully arrived.
+pub struct Request<'b> {
+    /// `GET`, `POST`, ...
+    pub method: &'b str,
+    /// the path, without the query
+    pub path: &'b str,
+    /// the query string, without `?`
+    pub query: &'b str,
+    /// the headers
+    pub headers: &'b [httparse::Header<'b>],
+    /// the body
+    pub body: &'b [u8],
+}
+
+impl Request<'_> {
+    /// The first header called `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
+    }
+
+    /// Whether the query holds `key=true` (or `key=1`, or a bare `key`).
+    pub fn query_flag(&self, key: &str) -> bool {
+        self.query.split('&').any(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, "true"));
+            k == key && matches!(v, "true" | "1" | "yes")
+        })
+    }
+
+    /// The bearer token of the `Authorization` header.
+    pub fn bearer_token(&self) -> Option<&[u8]> {
+        let v = self.header("authorization")?;
+        let v = std::str::from_utf8(v).ok()?.trim();
+        let (scheme, token) = v.split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().as_bytes())
+    }
+}
+
+/// A response being built: status, extra headers, body.
+pub struct Response {
+    /// status code
+    pub status: u16,
+    /// extra header lines, each `Name: value`
+    pub headers: Vec<(&'static str, String)>,
+    /// the body
+    pub body: String,
+    /// content type
+    pub content_type: &'static str,
+    /// close the connection after this response
+    pub close: bool,
+}
+
+impl Default for Response {
+    fn default() -> Response {
+        Response::new()
+    }
+}
+
+impl Response {
+    /// An empty 200 JSON response.
+    pub fn new() -> Response {
+        Response {
+            status: 200,
+            headers: Vec::new(),
+            body: String::new(),
+            content_type: "application/json",
+            close: false,
+        }
+    }
+
+    /// Resets for the next request, keeping allocations.
+    pub fn reset(&mut self) {
+        self.status = 200;
+        self.headers.clear();
+        self.body.clear();
+        self.content_type = "application/json";
+        self.close = false;
+    }
+
+    /// A JSON error body: `{"error": {"code": ..., "message": ...}}`.
+    pub fn error(&mut self, status: u16, code: &str, message: &str) {
+        self.status = status;
+        self.content_type = "application/json";
+        self.body.clear();
+        self.body.push_str("{\"error\":{\"code\":");
+        write_json_string(code, &mut self.body);
+        self.body.push_str(",\"message\":");
+        write_json_string(message, &mut self.body);
+        self.body.push_str("}}");
+    }
+
+    /// Appends the encoded response to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut head = String::with_capacity(160);
+        let _ = write!(head, "HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
+        let _ = write!(head, "Content-Type: {}\r\nContent-Length: {}\r\n", self.content_type, self.body.len());
+        for (name, value) in &self.headers {
+            let _ = write!(head, "{name}: {value}\r\n");
+        }
+        if self.close {
+            head.push_str("Connection: close\r\n");
+        }
+        head.push_str("\r\n");
+        out.extend_from_slice(head.as_bytes());
+        out.extend_from_slice(self.body.as_bytes());
+    }
+}
+
+/// The reason phrase of a status code.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Payload Too Large",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}

@@ -1,0 +1,357 @@
+//! `clef serve`: the HTTP appliance on may coroutines, one worker thread per core.
+//!
+//! Start-up: load the config, load every table, start the main and admin
+//! listeners, a signal thread (SIGHUP reloads, SIGTERM drains), a watcher
+//! that reloads changed tables, and a sampler for `/health`'s `load`.
+
+pub mod conn;
+pub mod http;
+pub mod routes;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam::utils::CachePadded;
+
+use crate::config::Loaded;
+use crate::metrics::{worker_slot, ServerStats};
+use crate::table::registry::{Outcome, Registry, Sources};
+use crate::table::Limits;
+use conn::{ConnLimits, ConnObserver};
+use routes::Listener;
+
+const SLOTS: usize = 64;
+
+/// Everything the handlers share. Per-core fields are padded and written only
+/// by their own core.
+pub struct App {
+    /// the served tables
+    pub registry: Registry,
+    /// `model.default_table`
+    pub default_table: Option<String>,
+    /// bearer token for decision calls
+    pub server_token: Option<String>,
+    /// bearer token for admin calls
+    pub admin_token: Option<String>,
+    /// CORS on the main listener
+    pub cors_enabled: bool,
+    /// allowed origins
+    pub cors_origins: Vec<String>,
+    /// when the server started
+    pub started: Instant,
+    /// response and connection counters
+    pub stats: ServerStats,
+    draining: AtomicBool,
+    inflight: Vec<CachePadded<AtomicI64>>,
+    busy_ns: Vec<CachePadded<AtomicU64>>,
+    load_bits: AtomicU64,
+    open: AtomicUsize,
+    max_connections: usize,
+    limits: ConnLimits,
+}
+
+/// Marks one request as in flight until dropped.
+pub struct InFlight<'a> {
+    app: &'a App,
+    slot: usize,
+    started: Instant,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.app.inflight[self.slot].fetch_sub(1, Ordering::Relaxed);
+        self.app.busy_ns[self.slot].fetch_add(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+impl App {
+    /// Counts a request as in flight (and its time as busy) until the guard drops.
+    pub fn enter(&self) -> InFlight<'_> {
+        let slot = worker_slot() % SLOTS;
+        self.inflight[slot].fetch_add(1, Ordering::Relaxed);
+        InFlight { app: self, slot, started: Instant::now() }
+    }
+
+    /// Requests being handled now.
+    pub fn inflight(&self) -> u64 {
+        self.inflight.iter().map(|c| c.load(Ordering::Relaxed)).sum::<i64>().max(0) as u64
+    }
+
+    /// Share of the workers' time spent handling requests over the last second.
+    pub fn load(&self) -> f64 {
+        f64::from_bits(self.load_bits.load(Ordering::Relaxed))
+    }
+
+    /// Open connections on both listeners.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Whether SIGTERM was received.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Reloads every table and logs what happened.
+    pub fn reload(&self, why: &str) -> Vec<(String, Outcome)> {
+        let outcomes = self.registry.reload();
+        let mut ok = true;
+        for (name, outcome) in &outcomes {
+            match outcome {
+                Outcome::Loaded { version } => log::info!("table {name}: loaded version {version} ({why})"),
+                Outcome::Unchanged { .. } => {}
+                Outcome::Failed { error, serving } => {
+                    ok = false;
+                    match serving {
+                        Some(v) => log::error!("table {name}: new file failed to load; still serving {v}:\n{error}"),
+                        None => log::error!("table {name}: failed to load:\n{error}"),
+                    }
+                }
+                Outcome::Removed => log::warn!("table {name}: file removed; no longer served"),
+            }
+        }
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+        self.stats.reload_finished(ok, now);
+        outcomes
+    }
+}
+
+struct Observer<'a> {
+    app: &'a App,
+    admin: bool,
+}
+
+impl ConnObserver for Observer<'_> {
+    fn responded(&self, status: u16) {
+        self.app.stats.record_response(self.admin, status);
+    }
+    fn timed_out(&self) {
+        self.app.stats.request_timed_out();
+    }
+}
+
+/// Runs the appliance until SIGTERM; returns the process exit code.
+pub fn run(loaded: Loaded) -> i32 {
+    let cfg = &loaded.config;
+    for w in &loaded.warnings {
+        log::warn!("{w}");
+    }
+    let limits = Limits {
+        max_rules: cfg.limits.max_rules,
+        max_expr_depth: cfg.limits.max_expression_depth,
+        regex_size_limit: cfg.limits.max_regex_bytes,
+        max_input_depth: cfg.limits.max_input_depth,
+    };
+    let sources = Sources { tables_dir: loaded.tables_dir.clone(), extra: loaded.decision_table_path.clone(), limits };
+    let started = Instant::now();
+    let (registry, outcomes) = Registry::open(sources);
+    let workers = if cfg.server.workers == 0 {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    } else {
+        cfg.server.workers
+    };
+    let app = Arc::new(App {
+        registry,
+        default_table: loaded.default_table.clone(),
+        server_token: loaded.server_token.clone(),
+        admin_token: loaded.admin_token.clone(),
+        cors_enabled: cfg.server.cors.enabled,
+        cors_origins: cfg.server.cors.origins.clone(),
+        started,
+        stats: ServerStats::new(),
+        draining: AtomicBool::new(false),
+        inflight: (0..SLOTS).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
+        busy_ns: (0..SLOTS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+        load_bits: AtomicU64::new(0f64.to_bits()),
+        open: AtomicUsize::new(0),
+        max_connections: cfg.server.max_connections,
+        limits: ConnLimits {
+            max_body_bytes: cfg.server.max_body_bytes,
+            max_headers: cfg.server.max_headers,
+            max_header_bytes: cfg.server.max_header_bytes,
+            idle_timeout: Duration::from_millis(cfg.server.idle_timeout_ms),
+            read_timeout: Duration::from_millis(cfg.server.read_timeout_ms),
+        },
+    });
+    let mut all_loaded = true;
+    for (name, outcome) in &outcomes {
+        match outcome {
+            Outcome::Loaded { version } => log::info!("table {name}: loaded version {version}"),
+            Outcome::Failed { error, .. } => {
+                all_loaded = false;
+                log::error!("table {name}: failed to load:\n{error}")
+            }
+            _ => {}
+        }
+    }
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    app.stats.reload_finished(all_loaded, now);
+    if let Some(d) = &app.default_table {
+        if app.registry.snapshot().get(d).is_none() {
+            log::warn!("default_table \"{d}\" is not among the loaded tables; POST /decide will answer 404");
+        }
+    }
+
+    // Signals go to one thread that waits for them: block them everywhere first.
+    let signals = signal_set();
+    if let Err(e) = signals.thread_block() {
+        log::warn!("cannot block signals: {e}");
+    }
+    may::config().set_workers(workers).set_stack_size(0x2000).set_pool_capacity(8);
+    may::config().set_worker_pin(true);
+
+    let main_addr = format!("{}:{}", cfg.server.host, cfg.server.port);
+    let main = match listen(&app, &main_addr, Listener::Main) {
+        Ok(h) => h,
+        Err(e) => {
+            log::error!("cannot listen on {main_addr}: {e}");
+            return 1;
+        }
+    };
+    let admin_addr = cfg.admin.listen.clone();
+    let admin = if admin_addr.is_empty() {
+        None
+    } else {
+        match listen(&app, &admin_addr, Listener::Admin) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                log::error!("cannot listen on the admin address {admin_addr}: {e}");
+                return 1;
+            }
+        }
+    };
+    log::info!(
+        "clef {} listening on {main_addr} (admin {}), {} tables, {workers} workers, ready in {} ms",
+        env!("CARGO_PKG_VERSION"),
+        if admin.is_some() { admin_addr.as_str() } else { "off" },
+        app.registry.snapshot().slots.len(),
+        started.elapsed().as_millis()
+    );
+    spawn_sampler(app.clone(), workers);
+    if cfg.model.watch_file {
+        spawn_watcher(app.clone(), loaded.path.clone());
+    }
+    let code = wait_for_signals(&app, &signals);
+    drop((main, admin));
+    code
+}
+
+fn signal_set() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGHUP);
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set
+}
+
+fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
+    use nix::sys::signal::Signal;
+    loop {
+        match set.wait() {
+            Ok(Signal::SIGHUP) => {
+                app.reload("SIGHUP");
+            }
+            Ok(sig) => {
+                log::info!("{sig}: draining: finishing in-flight requests");
+                app.draining.store(true, Ordering::SeqCst);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                // Requests already read are answered; give keep-alive peers a moment to read them.
+                std::thread::sleep(Duration::from_millis(50));
+                while app.inflight() > 0 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                log::info!("stopped");
+                return 0;
+            }
+            Err(e) => {
+                log::error!("waiting for signals failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn listen(app: &Arc<App>, addr: &str, listener: Listener) -> std::io::Result<may::coroutine::JoinHandle<()>> {
+    let socket = may::net::TcpListener::bind(addr)?;
+    let app = app.clone();
+    let handle = may::go!(move || {
+        for stream in socket.incoming() {
+            let mut stream = match stream {
+                Ok(s) => s,
+                Err(e) => {
+                    log::warn!("accept failed: {e}");
+                    may::coroutine::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            };
+            if app.open.load(Ordering::Relaxed) >= app.max_connections {
+                app.stats.connection_rejected();
+                drop(stream);
+                continue;
+            }
+            app.open.fetch_add(1, Ordering::Relaxed);
+            app.stats.connection_accepted();
+            let app = app.clone();
+            may::go!(move || {
+                let _ = stream.set_nodelay(true);
+                let observer = Observer { app: &app, admin: listener == Listener::Admin };
+                conn::serve(&mut stream, &app.limits, &|req, rsp| routes::handle(&app, listener, req, rsp), &observer);
+                app.open.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+    });
+    Ok(handle)
+}
+
+/// Once a second, turns the workers' busy time into `/health`'s `load`.
+fn spawn_sampler(app: Arc<App>, workers: usize) {
+    std::thread::Builder::new()
+        .name("clef-load".into())
+        .spawn(move || {
+            let mut last = 0u64;
+            let mut at = Instant::now();
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let busy: u64 = app.busy_ns.iter().map(|b| b.load(Ordering::Relaxed)).sum();
+                let elapsed = at.elapsed().as_nanos() as f64;
+                at = Instant::now();
+                let load = ((busy - last) as f64 / (elapsed * workers.max(1) as f64)).clamp(0.0, 1.0);
+                last = busy;
+                app.load_bits.store(load.to_bits(), Ordering::Relaxed);
+            }
+        })
+        .ok();
+}
+
+/// Polls table files (and the config file) for changes: a few `stat` calls a second.
+fn spawn_watcher(app: Arc<App>, config_path: std::path::PathBuf) {
+    std::thread::Builder::new()
+        .name("clef-watch".into())
+        .spawn(move || {
+            let stamp = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            let mut tables = app.registry.fingerprint();
+            let mut config = stamp(&config_path);
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                if app.is_draining() {
+                    return;
+                }
+                let now = app.registry.fingerprint();
+                if now != tables {
+                    tables = now;
+                    app.reload("file changed");
+                }
+                let c = stamp(&config_path);
+                if c != config {
+                    config = c;
+                    log::warn!(
+                        "{} changed; configuration changes need a restart (tables reload on their own)",
+                        config_path.display()
+                    );
+                }
+            }
+        })
+        .ok();
+}

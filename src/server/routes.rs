@@ -1,0 +1,422 @@
+//! The endpoints of SPEC §6: routing, authorization, and each handler.
+
+use std::fmt::Write as _;
+use std::time::{Instant, SystemTime};
+
+use super::http::{Request, Response};
+use super::App;
+use crate::expr::value::{write_json_float, write_json_string};
+use crate::metrics::{self, Gauges, TableView};
+use crate::table::registry::{Outcome, RollbackError};
+use crate::table::ResponseMeta;
+
+/// Which listener a request came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listener {
+    /// the decision port
+    Main,
+    /// the admin port (loopback by default)
+    Admin,
+}
+
+/// The routes, for 404 vs 405 answers.
+enum Route<'p> {
+    Decide(Option<&'p str>),
+    Health,
+    Metrics,
+    Tables,
+    Table(&'p str),
+    Reload,
+    Rollback(&'p str),
+    NotFound,
+}
+
+fn route(path: &str) -> Route<'_> {
+    let path = path.strip_prefix("/v1").filter(|p| p.starts_with('/')).unwrap_or(path);
+    let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    match segments.as_slice() {
+        ["decide"] => Route::Decide(None),
+        ["decide", name] if !name.is_empty() => Route::Decide(Some(name)),
+        ["health"] => Route::Health,
+        ["metrics"] => Route::Metrics,
+        ["tables"] => Route::Tables,
+        ["tables", name] if !name.is_empty() => Route::Table(name),
+        ["tables", name, "rollback"] if !name.is_empty() => Route::Rollback(name),
+        ["reload"] => Route::Reload,
+        _ => Route::NotFound,
+    }
+}
+
+/// Answers one request.
+pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Response) {
+    let cors = listener == Listener::Main && app.cors_enabled;
+    if cors {
+        add_cors_headers(app, req, rsp);
+        if req.method == "OPTIONS" {
+            rsp.status = 204;
+            rsp.headers.push(("Access-Control-Allow-Methods", "GET, POST, OPTIONS".into()));
+            rsp.headers.push(("Access-Control-Allow-Headers", "Content-Type, Authorization, X-Clef-Token".into()));
+            rsp.headers.push(("Access-Control-Max-Age", "600".into()));
+            return;
+        }
+    }
+    let admin = listener == Listener::Admin;
+    let r = route(req.path);
+    let is_admin_route = matches!(r, Route::Reload | Route::Rollback(_));
+    if is_admin_route && !admin {
+        // Admin endpoints exist only on the admin listener.
+        rsp.error(
+            404,
+            "not_found",
+            &format!("no endpoint {} here; admin endpoints are on the admin listener", req.path),
+        );
+        return;
+    }
+    let (allowed, method_ok) = match r {
+        Route::Decide(_) => ("POST", req.method == "POST"),
+        Route::Health | Route::Metrics | Route::Tables | Route::Table(_) => {
+            ("GET", req.method == "GET" || req.method == "HEAD")
+        }
+        Route::Reload | Route::Rollback(_) => ("POST", req.method == "POST"),
+        Route::NotFound => {
+            rsp.error(404, "not_found", &format!("no endpoint {} {}", req.method, req.path));
+            return;
+        }
+    };
+    if !method_ok {
+        rsp.headers.push(("Allow", allowed.into()));
+        rsp.error(405, "method_not_allowed", &format!("{} {} is not allowed; use {allowed}", req.method, req.path));
+        return;
+    }
+    if admin && !authorized(app.admin_token.as_deref(), req) {
+        rsp.headers.push(("WWW-Authenticate", "Bearer".into()));
+        rsp.error(401, "unauthorized", "admin endpoints need Authorization: Bearer <admin token>");
+        return;
+    }
+    match r {
+        Route::Decide(name) => {
+            if admin {
+                rsp.error(404, "not_found", "decisions are served on the main listener");
+                return;
+            }
+            if !authorized(app.server_token.as_deref(), req) {
+                rsp.headers.push(("WWW-Authenticate", "Bearer".into()));
+                rsp.error(401, "unauthorized", "decision calls need Authorization: Bearer <token>");
+                return;
+            }
+            decide(app, name, req, rsp)
+        }
+        Route::Health => health(app, rsp),
+        Route::Metrics => metrics_text(app, req, rsp),
+        Route::Tables => tables(app, rsp),
+        Route::Table(name) => table(app, name, rsp),
+        Route::Reload => reload(app, rsp),
+        Route::Rollback(name) => rollback(app, name, rsp),
+        Route::NotFound => {}
+    }
+}
+
+fn authorized(expected: Option<&str>, req: &Request<'_>) -> bool {
+    let Some(expected) = expected else { return true };
+    let Some(given) = req.bearer_token() else { return false };
+    // Compare without an early exit on the first differing byte.
+    given.len() == expected.len() && given.iter().zip(expected.as_bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+fn add_cors_headers(app: &App, req: &Request<'_>, rsp: &mut Response) {
+    let origin = req.header("origin").and_then(|o| std::str::from_utf8(o).ok());
+    let allow = if app.cors_origins.iter().any(|o| o == "*") {
+        Some("*".to_string())
+    } else {
+        origin.filter(|o| app.cors_origins.iter().any(|a| a == o)).map(str::to_string)
+    };
+    if let Some(a) = allow {
+        rsp.headers.push(("Access-Control-Allow-Origin", a));
+        rsp.headers.push(("Vary", "Origin".into()));
+    }
+}
+
+fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
+    if app.is_draining() {
+        rsp.error(503, "draining", "the server is shutting down; retry on another instance");
+        return;
+    }
+    let tables = app.registry.snapshot();
+    let name = match name.or(app.default_table.as_deref()) {
+        Some(n) => n,
+        None => {
+            rsp.error(404, "unknown_table", "no default table is configured; use POST /decide/{table}");
+            return;
+        }
+    };
+    let Some(slot) = tables.get(name) else {
+        rsp.error(404, "unknown_table", &format!("no table named \"{name}\""));
+        return;
+    };
+    let Some(table) = slot.current.as_ref() else {
+        let why = slot.error.as_deref().unwrap_or("it has never loaded");
+        rsp.error(503, "table_unavailable", &format!("table \"{name}\" is not available: {why}"));
+        return;
+    };
+    let explain = req.query_flag("explain");
+    let _inflight = app.enter();
+    let started = Instant::now();
+    match table.decide(req.body, explain) {
+        Ok(decision) => {
+            let latency = started.elapsed().as_nanos() as u64;
+            let warned: Vec<usize> = decision.warnings.iter().map(|w| w.rule).collect();
+            slot.stats.record(decision.rule, latency, &warned);
+            let meta = ResponseMeta { timestamp: SystemTime::now(), snapshot_id: None, instance: "local" };
+            table.write_decision(&decision, &meta, &mut rsp.body);
+        }
+        Err(e) => {
+            slot.stats.record_invalid_input();
+            let status = 400;
+            rsp.error(status, e.code(), &e.to_string());
+        }
+    }
+}
+
+fn health(app: &App, rsp: &mut Response) {
+    let tables = app.registry.snapshot();
+    let draining = app.is_draining();
+    let degraded = tables.errors().next().is_some();
+    let status = if draining {
+        "draining"
+    } else if degraded {
+        "degraded"
+    } else {
+        "ok"
+    };
+    if draining {
+        rsp.status = 503;
+    }
+    let b = &mut rsp.body;
+    b.push_str("{\"status\":\"");
+    b.push_str(status);
+    let _ = write!(b, "\",\"uptime_seconds\":{}", app.started.elapsed().as_secs());
+    b.push_str(",\"version\":");
+    write_json_string(env!("CARGO_PKG_VERSION"), b);
+    b.push_str(",\"tables\":{");
+    let mut first = true;
+    for (name, slot) in &tables.slots {
+        if let Some(t) = &slot.current {
+            if !first {
+                b.push(',');
+            }
+            first = false;
+            write_json_string(name, b);
+            b.push(':');
+            write_json_string(&t.version, b);
+        }
+    }
+    let _ = write!(b, "}},\"inflight\":{},\"load\":", app.inflight());
+    write_json_float(app.load(), b);
+    if degraded {
+        b.push_str(",\"errors\":{");
+        for (i, (name, err)) in tables.errors().enumerate() {
+            if i > 0 {
+                b.push(',');
+            }
+            write_json_string(name, b);
+            b.push(':');
+            write_json_string(err, b);
+        }
+        b.push('}');
+    }
+    b.push('}');
+}
+
+fn metrics_text(app: &App, req: &Request<'_>, rsp: &mut Response) {
+    let tables = app.registry.snapshot();
+    let views: Vec<TableView<'_>> = tables
+        .slots
+        .iter()
+        .filter_map(|(name, slot)| {
+            slot.current.as_ref().map(|t| TableView {
+                name,
+                version: &t.version,
+                kind: t.kind.name(),
+                stats: &slot.stats,
+            })
+        })
+        .collect();
+    let gauges = Gauges {
+        uptime_seconds: app.started.elapsed().as_secs_f64(),
+        inflight: app.inflight(),
+        load: app.load(),
+        open_connections: app.open_connections() as u64,
+        table_errors: tables.errors().count() as u64,
+    };
+    let format = metrics::Format::from_accept(req.header("accept").and_then(|a| std::str::from_utf8(a).ok()));
+    rsp.body = metrics::encode_format(format, &views, &app.stats, &gauges);
+    rsp.content_type = format.content_type();
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn tables(app: &App, rsp: &mut Response) {
+    let tables = app.registry.snapshot();
+    let b = &mut rsp.body;
+    b.push_str("{\"tables\":[");
+    for (i, (name, slot)) in tables.slots.iter().enumerate() {
+        if i > 0 {
+            b.push(',');
+        }
+        b.push_str("{\"name\":");
+        write_json_string(name, b);
+        match &slot.current {
+            Some(t) => {
+                let _ = write!(
+                    b,
+                    ",\"kind\":\"{}\",\"version\":\"{}\",\"rules\":{}",
+                    t.kind.name(),
+                    t.version,
+                    t.engine.rules.len()
+                );
+                b.push_str(",\"loaded_at\":");
+                write_json_string(&rfc3339(t.loaded_at), b);
+                b.push_str(",\"default\":");
+                b.push_str(if app.default_table.as_deref() == Some(name.as_str()) { "true" } else { "false" });
+            }
+            None => b.push_str(",\"version\":null"),
+        }
+        if let Some(e) = &slot.error {
+            b.push_str(",\"error\":");
+            write_json_string(e, b);
+        }
+        b.push('}');
+    }
+    b.push_str("]}");
+}
+
+fn table(app: &App, name: &str, rsp: &mut Response) {
+    let tables = app.registry.snapshot();
+    let Some(slot) = tables.get(name) else {
+        rsp.error(404, "unknown_table", &format!("no table named \"{name}\""));
+        return;
+    };
+    let b = &mut rsp.body;
+    b.push_str("{\"name\":");
+    write_json_string(name, b);
+    b.push_str(",\"files\":[");
+    for (i, f) in slot.files.iter().enumerate() {
+        if i > 0 {
+            b.push(',');
+        }
+        write_json_string(&f.display().to_string(), b);
+    }
+    b.push(']');
+    if let Some(e) = &slot.error {
+        b.push_str(",\"error\":");
+        write_json_string(e, b);
+    }
+    let versions: Vec<&str> = slot.previous.iter().map(|t| t.version.as_str()).collect();
+    b.push_str(",\"previous_versions\":[");
+    for (i, v) in versions.iter().rev().enumerate() {
+        if i > 0 {
+            b.push(',');
+        }
+        write_json_string(v, b);
+    }
+    b.push(']');
+    if let Some(t) = &slot.current {
+        let _ = write!(
+            b,
+            ",\"kind\":\"{}\",\"version\":\"{}\",\"rule_count\":{}",
+            t.kind.name(),
+            t.version,
+            t.engine.rules.len()
+        );
+        b.push_str(",\"loaded_at\":");
+        write_json_string(&rfc3339(t.loaded_at), b);
+        if let Some(d) = &t.description {
+            b.push_str(",\"description\":");
+            write_json_string(d, b);
+        }
+        b.push_str(",\"default_action\":");
+        b.push_str(&t.engine.default_json);
+        if let Some(params) = &t.params {
+            b.push_str(",\"params\":");
+            b.push_str(&params.to_string());
+        }
+        b.push_str(",\"rules\":[");
+        for (i, r) in t.engine.rules.iter().enumerate() {
+            if i > 0 {
+                b.push(',');
+            }
+            b.push_str("{\"id\":");
+            b.push_str(&r.id_json);
+            let _ = write!(b, ",\"enabled\":{}", r.enabled);
+            b.push_str(",\"condition\":");
+            write_json_string(&r.condition, b);
+            b.push_str(",\"action\":");
+            b.push_str(&r.action_json);
+            if let Some(d) = &r.description {
+                b.push_str(",\"description\":");
+                write_json_string(d, b);
+            }
+            b.push('}');
+        }
+        b.push(']');
+    }
+    b.push('}');
+}
+
+/// Writes reload outcomes as JSON.
+fn write_outcomes(outcomes: &[(String, Outcome)], b: &mut String) {
+    b.push_str("{\"tables\":[");
+    for (i, (name, outcome)) in outcomes.iter().enumerate() {
+        if i > 0 {
+            b.push(',');
+        }
+        b.push_str("{\"table\":");
+        write_json_string(name, b);
+        match outcome {
+            Outcome::Loaded { version } => {
+                let _ = write!(b, ",\"result\":\"loaded\",\"version\":\"{version}\"");
+            }
+            Outcome::Unchanged { version } => {
+                let _ = write!(b, ",\"result\":\"unchanged\",\"version\":\"{version}\"");
+            }
+            Outcome::Failed { error, serving } => {
+                b.push_str(",\"result\":\"failed\",\"error\":");
+                write_json_string(error, b);
+                b.push_str(",\"serving\":");
+                match serving {
+                    Some(v) => write_json_string(v, b),
+                    None => b.push_str("null"),
+                }
+            }
+            Outcome::Removed => b.push_str(",\"result\":\"removed\""),
+        }
+        b.push('}');
+    }
+    b.push_str("]}");
+}
+
+fn reload(app: &App, rsp: &mut Response) {
+    let outcomes = app.reload("POST /reload");
+    write_outcomes(&outcomes, &mut rsp.body);
+}
+
+fn rollback(app: &App, name: &str, rsp: &mut Response) {
+    match app.registry.rollback(name) {
+        Ok(t) => {
+            log::info!("table {name}: rolled back to version {}", t.version);
+            let b = &mut rsp.body;
+            b.push_str("{\"table\":");
+            write_json_string(name, b);
+            let _ = write!(b, ",\"version\":\"{}\"}}", t.version);
+        }
+        Err(RollbackError::UnknownTable) => rsp.error(404, "unknown_table", &format!("no table named \"{name}\"")),
+        Err(RollbackError::NoPreviousVersion) => rsp.error(
+            409,
+            "no_previous_version",
+            &format!("table \"{name}\" has no earlier good version kept in memory"),
+        ),
+    }
+}

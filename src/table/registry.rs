@@ -1,0 +1,267 @@
+//! The set of tables a server serves, swapped atomically on reload.
+//!
+//! Requests read an immutable snapshot (`ArcSwap`, no lock); a reload builds
+//! the next snapshot off the request path — compiling only files whose bytes
+//! changed — and publishes it in one store. A table whose new file fails to
+//! load keeps serving its last good version; the failure is kept for
+//! `/health` until a good file replaces it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+
+use super::{table_name, version_of, Limits, Table, TableKind};
+use crate::metrics::TableStats;
+
+/// How many earlier good versions are kept for rollback.
+pub const KEPT_VERSIONS: usize = 3;
+
+/// One table name: what serves now, what served before, and the latest failure.
+#[derive(Debug, Clone)]
+pub struct Slot {
+    /// the version being served (None when the file never loaded)
+    pub current: Option<Arc<Table>>,
+    /// earlier good versions, newest last
+    pub previous: Vec<Arc<Table>>,
+    /// the latest load failure of this name's file, until a good file loads
+    pub error: Option<String>,
+    /// decision counters, kept across reloads while the rule ids stay the same
+    pub stats: Arc<TableStats>,
+    /// the file(s) the name comes from
+    pub files: Vec<PathBuf>,
+}
+
+/// All tables, as one immutable snapshot.
+#[derive(Debug, Default)]
+pub struct Tables {
+    /// by name
+    pub slots: BTreeMap<String, Slot>,
+}
+
+impl Tables {
+    /// The table serving `name` now.
+    pub fn get(&self, name: &str) -> Option<&Slot> {
+        self.slots.get(name)
+    }
+
+    /// Names whose latest file failed to load, with the message.
+    pub fn errors(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.slots.iter().filter_map(|(n, s)| s.error.as_deref().map(|e| (n.as_str(), e)))
+    }
+}
+
+/// What a reload did to one table.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// a new version is serving
+    Loaded {
+        /// its version
+        version: String,
+    },
+    /// the file's bytes did not change
+    Unchanged {
+        /// the version still serving
+        version: String,
+    },
+    /// the file failed to load; the previous version (if any) keeps serving
+    Failed {
+        /// the diagnostic
+        error: String,
+        /// the version still serving
+        serving: Option<String>,
+    },
+    /// the file is gone; the table is no longer served
+    Removed,
+}
+
+/// Where tables come from and how they are built.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    /// every table file directly in this folder is served
+    pub tables_dir: PathBuf,
+    /// one more table file (the seeds' `decision_table_path`)
+    pub extra: Option<PathBuf>,
+    /// load-time caps
+    pub limits: Limits,
+}
+
+/// The served tables and how to reload them.
+#[derive(Debug)]
+pub struct Registry {
+    current: ArcSwap<Tables>,
+    sources: Sources,
+    reload_lock: Mutex<()>,
+}
+
+impl Registry {
+    /// Loads every table once.
+    pub fn open(sources: Sources) -> (Registry, Vec<(String, Outcome)>) {
+        let registry =
+            Registry { current: ArcSwap::from_pointee(Tables::default()), sources, reload_lock: Mutex::new(()) };
+        let outcomes = registry.reload();
+        (registry, outcomes)
+    }
+
+    /// The snapshot requests read.
+    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Tables>> {
+        self.current.load()
+    }
+
+    /// The files that make up the tables: name → paths (two paths is an error).
+    fn discover(&self) -> (BTreeMap<String, Vec<PathBuf>>, Vec<String>) {
+        let mut by_name: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        let mut problems = Vec::new();
+        match std::fs::read_dir(&self.sources.tables_dir) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    if path.is_file() && TableKind::of_path(&path).is_some() {
+                        by_name.entry(table_name(&path)).or_default().push(path);
+                    }
+                }
+            }
+            Err(e) => problems.push(format!("cannot read tables_dir {}: {e}", self.sources.tables_dir.display())),
+        }
+        if let Some(extra) = &self.sources.extra {
+            let same = by_name.values().flatten().any(|p| same_file(p, extra));
+            if !same {
+                by_name.entry(table_name(extra)).or_default().push(extra.clone());
+            }
+        }
+        for paths in by_name.values_mut() {
+            paths.sort();
+        }
+        (by_name, problems)
+    }
+
+    /// Re-reads every table file; returns what happened to each name.
+    pub fn reload(&self) -> Vec<(String, Outcome)> {
+        let _serialized = self.reload_lock.lock();
+        let old = self.current.load_full();
+        let (files, problems) = self.discover();
+        for p in problems {
+            log::error!("{p}");
+        }
+        let mut next = Tables::default();
+        let mut outcomes = Vec::new();
+        for (name, paths) in &files {
+            let prior = old.slots.get(name);
+            let (slot, outcome) = self.load_slot(name, paths, prior);
+            outcomes.push((name.clone(), outcome));
+            next.slots.insert(name.clone(), slot);
+        }
+        for name in old.slots.keys() {
+            if !files.contains_key(name) {
+                outcomes.push((name.clone(), Outcome::Removed));
+            }
+        }
+        self.current.store(Arc::new(next));
+        outcomes
+    }
+
+    fn load_slot(&self, name: &str, paths: &[PathBuf], prior: Option<&Slot>) -> (Slot, Outcome) {
+        let mut slot = prior.cloned().unwrap_or_else(|| Slot {
+            current: None,
+            previous: Vec::new(),
+            error: None,
+            stats: Arc::new(TableStats::new(Vec::new())),
+            files: paths.to_vec(),
+        });
+        slot.files = paths.to_vec();
+        let serving = slot.current.as_ref().map(|t| t.version.clone());
+        if paths.len() > 1 {
+            let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            let error = format!("two files map to the table name \"{name}\": {}; rename one", list.join(" and "));
+            slot.error = Some(error.clone());
+            return (slot, Outcome::Failed { error, serving });
+        }
+        let path = &paths[0];
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                let error = format!("{}: cannot read the file: {e}", path.display());
+                slot.error = Some(error.clone());
+                return (slot, Outcome::Failed { error, serving });
+            }
+        };
+        let version = version_of(&bytes);
+        if let Some(current) = &slot.current {
+            if current.version == version && current.path == *path {
+                slot.error = None;
+                return (slot, Outcome::Unchanged { version });
+            }
+        }
+        match Table::from_bytes(path, &bytes, &self.sources.limits) {
+            Ok(table) => {
+                let rule_ids: Vec<String> = table.engine.rules.iter().map(|r| r.id.clone()).collect();
+                if slot.stats.rule_ids() != rule_ids.as_slice() {
+                    slot.stats = Arc::new(TableStats::new(rule_ids));
+                }
+                if let Some(old) = slot.current.take() {
+                    slot.previous.push(old);
+                    if slot.previous.len() > KEPT_VERSIONS {
+                        slot.previous.remove(0);
+                    }
+                }
+                slot.current = Some(Arc::new(table));
+                slot.error = None;
+                (slot, Outcome::Loaded { version })
+            }
+            Err(e) => {
+                let error = e.to_string();
+                slot.error = Some(e.summary());
+                (slot, Outcome::Failed { error, serving })
+            }
+        }
+    }
+
+    /// Serves the previous good version of `name` again; returns it, or why not.
+    pub fn rollback(&self, name: &str) -> Result<Arc<Table>, RollbackError> {
+        let _serialized = self.reload_lock.lock();
+        let old = self.current.load_full();
+        let Some(slot) = old.slots.get(name) else { return Err(RollbackError::UnknownTable) };
+        let mut slot = slot.clone();
+        let Some(previous) = slot.previous.pop() else { return Err(RollbackError::NoPreviousVersion) };
+        let rule_ids: Vec<String> = previous.engine.rules.iter().map(|r| r.id.clone()).collect();
+        if slot.stats.rule_ids() != rule_ids.as_slice() {
+            slot.stats = Arc::new(TableStats::new(rule_ids));
+        }
+        slot.current = Some(previous.clone());
+        let mut next = Tables { slots: old.slots.clone() };
+        next.slots.insert(name.to_string(), slot);
+        self.current.store(Arc::new(next));
+        Ok(previous)
+    }
+
+    /// A cheap fingerprint of the table files (names, sizes, modification
+    /// times), to notice changes without reading them.
+    pub fn fingerprint(&self) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+        let (files, _) = self.discover();
+        let mut out = Vec::new();
+        for path in files.into_values().flatten() {
+            let meta = std::fs::metadata(&path).ok();
+            out.push((path, meta.as_ref().map(|m| m.len()).unwrap_or(0), meta.and_then(|m| m.modified().ok())));
+        }
+        out
+    }
+}
+
+/// Why a rollback did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollbackError {
+    /// no such table
+    UnknownTable,
+    /// nothing older is kept
+    NoPreviousVersion,
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
