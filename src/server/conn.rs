@@ -52,7 +52,9 @@ where
     H: Fn(&Request<'_>, &mut Response),
     O: ConnObserver,
 {
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    // `space[..filled]` holds unread bytes; `space` is zeroed once and reused, so reads never re-zero it.
+    let mut space: Vec<u8> = vec![0; READ_CHUNK];
+    let mut filled = 0usize;
     let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut rsp = Response::new();
     let mut started: Option<Instant> = None;
@@ -60,8 +62,8 @@ where
     loop {
         let mut consumed = 0;
         let mut close = false;
-        while consumed < buf.len() {
-            match step(&buf[consumed..], limits, handler, &mut rsp, &mut continued) {
+        while consumed < filled {
+            match step(&space[consumed..filled], limits, handler, &mut rsp, &mut continued) {
                 Ok(Step::Answered(n)) => {
                     rsp.encode(&mut out);
                     observer.responded(rsp.status);
@@ -87,8 +89,9 @@ where
                 }
             }
         }
-        buf.drain(..consumed);
-        if buf.is_empty() {
+        space.copy_within(consumed..filled, 0);
+        filled -= consumed;
+        if filled == 0 {
             started = None;
         } else if consumed > 0 || started.is_none() {
             started = Some(Instant::now());
@@ -111,24 +114,24 @@ where
             return;
         }
         let _ = stream.set_timeout(Some(timeout));
-        let len = buf.len();
-        buf.resize(len + READ_CHUNK, 0);
-        match stream.read(&mut buf[len..]) {
+        if space.len() - filled < READ_CHUNK / 2 {
+            space.resize(space.len() * 2, 0);
+        }
+        match stream.read(&mut space[filled..]) {
             Ok(0) => return,
             Ok(n) => {
-                buf.truncate(len + n);
+                filled += n;
                 if started.is_none() {
                     started = Some(Instant::now());
                 }
             }
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                buf.truncate(len);
                 if started.is_some() {
                     timed_out(stream, &mut rsp, observer);
                 }
                 return;
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => buf.truncate(len),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return,
         }
     }

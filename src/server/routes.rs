@@ -1,7 +1,7 @@
 //! The endpoints of SPEC §6: routing, authorization, and each handler.
 
 use std::fmt::Write as _;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use super::http::{Request, Response};
 use super::App;
@@ -160,11 +160,10 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
         return;
     };
     let explain = req.query_flag("explain");
-    let _inflight = app.enter();
-    let started = Instant::now();
+    let inflight = app.enter();
     match table.decide(req.body, explain) {
         Ok(decision) => {
-            let latency = started.elapsed().as_nanos() as u64;
+            let latency = inflight.elapsed_ns();
             let warned: Vec<usize> = decision.warnings.iter().map(|w| w.rule).collect();
             slot.stats.record(decision.rule, latency, &warned);
             let meta = ResponseMeta { timestamp: SystemTime::now(), snapshot_id: None, instance: "local" };

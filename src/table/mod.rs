@@ -227,7 +227,7 @@ impl Table {
         out.push_str(",\"action\":");
         out.push_str(self.action_json(d));
         out.push_str(",\"timestamp\":\"");
-        out.push_str(&humantime::format_rfc3339_millis(meta.timestamp).to_string());
+        write_timestamp(meta.timestamp, out);
         out.push_str("\",\"table\":");
         out.push_str(&self.name_json);
         out.push_str(",\"version\":\"");
@@ -271,5 +271,46 @@ impl Table {
             out.push_str(&d.skipped.to_string());
         }
         out.push('}');
+    }
+}
+
+/// Appends `t` as RFC 3339 UTC with milliseconds (`2026-11-30T08:23:45.123Z`).
+/// The part up to the seconds is formatted once per second per thread.
+pub fn write_timestamp(t: SystemTime, out: &mut String) {
+    use std::cell::RefCell;
+    thread_local! {
+        static PREFIX: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    }
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let (secs, millis) = (since.as_secs(), since.subsec_millis());
+    PREFIX.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != secs {
+            let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+            let text = humantime::format_rfc3339_seconds(whole).to_string();
+            cached.1 = text.trim_end_matches('Z').to_string();
+            cached.0 = secs;
+        }
+        out.push_str(&cached.1);
+    });
+    out.push('.');
+    out.push(char::from(b'0' + (millis / 100) as u8));
+    out.push(char::from(b'0' + (millis / 10 % 10) as u8));
+    out.push(char::from(b'0' + (millis % 10) as u8));
+    out.push('Z');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_match_humantime() {
+        for ms in [0u64, 1, 999, 1_000, 1_764_491_025_123, 4_102_444_799_999] {
+            let t = SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+            let mut out = String::new();
+            write_timestamp(t, &mut out);
+            assert_eq!(out, humantime::format_rfc3339_millis(t).to_string());
+        }
     }
 }

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Load test of the real binary with wrk (issue #3): POST /decide against GET /health in one run.
+#
+#   bash benches/load.sh [SECONDS] [CONNECTIONS]
+#
+# Prints, for each endpoint: requests/s, p50/p99 latency, server CPU time per request
+# (from /proc/PID/stat, load-independent), and the server's resident memory idle and after.
+# Needs wrk (apt-get install wrk). Talks only to 127.0.0.1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_RUN=${1:-10}
+CONNS=${2:-64}
+THREADS=${WRK_THREADS:-2}
+command -v wrk >/dev/null || { echo "wrk is required: apt-get install wrk" >&2; exit 1; }
+cargo build --release -q
+BIN=target/release/clef
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port); ADMIN=$(free_port)
+WORK=$(mktemp -d)
+trap 'kill $PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
+CLEF_ADMIN__LISTEN=127.0.0.1:$ADMIN CLEF_LOGGING__LEVEL=warn \
+  $BIN serve -c config.yaml --host 127.0.0.1 --port "$PORT" 2>"$WORK/server.log" &
+PID=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.05; done
+BODY=tables/samples/risk.vip_cn.json
+cat > "$WORK/post.lua" <<LUA
+wrk.method = "POST"
+wrk.body = io.open("$BODY"):read("*a")
+wrk.headers["Content-Type"] = "application/json"
+LUA
+rss_kb() { awk '/VmRSS/ {print $2}' /proc/$PID/status; }
+cpu_ticks() { awk '{print $14 + $15}' /proc/$PID/stat; }
+TICK=$(getconf CLK_TCK)
+sleep 1
+echo "idle RSS: $(( $(rss_kb) / 1024 )).$(( ($(rss_kb) % 1024) * 10 / 1024 )) MB"
+# warm-up
+wrk -t1 -c8 -d1s "http://127.0.0.1:$PORT/health" >/dev/null
+run() { # name, extra wrk args...
+  local name=$1; shift
+  local before after out reqs
+  before=$(cpu_ticks)
+  out=$(wrk -t"$THREADS" -c"$CONNS" -d"${SECONDS_PER_RUN}s" --latency "$@")
+  after=$(cpu_ticks)
+  reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+  local rps p50 p99 errors
+  rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+  p50=$(echo "$out" | awk '$1=="50%" {print $2}')
+  p99=$(echo "$out" | awk '$1=="99%" {print $2}')
+  errors=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
+  local cpu_us
+  cpu_us=$(python3 -c "print(round(($after-$before)/$TICK*1e6/$reqs, 2))")
+  printf '%-8s %10s req/s  p50 %-8s p99 %-8s  server CPU %s µs/request  %s\n' "$name" "$rps" "$p50" "$p99" "$cpu_us" "$errors"
+  echo "$name $rps $p99 $cpu_us" >> "$WORK/results"
+}
+run health "http://127.0.0.1:$PORT/health"
+run decide -s "$WORK/post.lua" "http://127.0.0.1:$PORT/decide"
+echo "RSS after: $(( $(rss_kb) / 1024 )).$(( ($(rss_kb) % 1024) * 10 / 1024 )) MB"
+python3 - "$WORK/results" <<'PY'
+import sys
+rows = {l.split()[0]: l.split()[1:] for l in open(sys.argv[1])}
+def ms(s):
+    return float(s[:-2]) if s.endswith("ms") else float(s[:-2]) / 1000 if s.endswith("us") else float(s[:-1]) * 1000
+h, d = rows["health"], rows["decide"]
+print("decide/health: throughput %.2f, p99 %.2f, CPU per request %.2f"
+      % (float(d[0]) / float(h[0]), ms(d[1]) / ms(h[1]), float(d[2]) / float(h[2])))
+PY
