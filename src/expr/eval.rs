@@ -190,16 +190,7 @@ pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
         Node::Const(c) => Ok(Value::from_const(c)),
         Node::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
         Node::Memo(m) => cx.memo(*m),
-        Node::EqConst { .. }
-        | Node::CmpConst { .. }
-        | Node::InSet { .. }
-        | Node::StrTest { .. }
-        | Node::Regex { .. }
-        | Node::PatternHit { .. }
-        | Node::And(_)
-        | Node::Or(_)
-        | Node::Unary(UnOp::Not, _) => eval_truth(node, cx, "?").map(Value::Bool),
-        Node::Unary(op, x) => {
+        Node::Unary(op @ (UnOp::Neg | UnOp::Plus), x) => {
             let v = eval(x, cx)?;
             ops::unary(*op, &v)
         }
@@ -266,6 +257,8 @@ pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
             Ok(v)
         }
         Node::Call(func, args) => call(*func, args, cx),
+        // The predicates of `is_predicate`: `==`/`<` with constants, `in`, string and regex tests, `&&`, `||`, `!`.
+        _ => eval_truth(node, cx, "?").map(Value::Bool),
     }
 }
 

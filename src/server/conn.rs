@@ -240,9 +240,12 @@ fn step<H: Fn(&Request<'_>, &mut Response)>(
         headers: req.headers,
         body: &pending[head_len..head_len + body_len],
     };
+    rsp.head = request.method == "HEAD";
     let answered = catch_unwind(AssertUnwindSafe(|| handler(&request, rsp)));
     if answered.is_err() {
+        let head = rsp.head;
         rsp.reset();
+        rsp.head = head;
         rsp.error(500, "internal_error", "the request could not be handled; this is a bug in clef");
     }
     if !keep_alive {

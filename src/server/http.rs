@@ -53,6 +53,8 @@ pub struct Response {
     pub content_type: &'static str,
     /// close the connection after this response
     pub close: bool,
+    /// answering `HEAD`: headers only, no body
+    pub head: bool,
 }
 
 impl Default for Response {
@@ -70,6 +72,7 @@ impl Response {
             body: String::new(),
             content_type: "application/json",
             close: false,
+            head: false,
         }
     }
 
@@ -80,6 +83,7 @@ impl Response {
         self.body.clear();
         self.content_type = "application/json";
         self.close = false;
+        self.head = false;
     }
 
     /// A JSON error body: `{"error": {"code": ..., "message": ...}}`.
@@ -107,7 +111,9 @@ impl Response {
         }
         head.push_str("\r\n");
         out.extend_from_slice(head.as_bytes());
-        out.extend_from_slice(self.body.as_bytes());
+        if !self.head {
+            out.extend_from_slice(self.body.as_bytes());
+        }
     }
 }
 

@@ -22,6 +22,8 @@ use conn::{ConnLimits, ConnObserver};
 use routes::Listener;
 
 const SLOTS: usize = 64;
+/// Connections the admin listener accepts at once.
+const ADMIN_MAX_CONNECTIONS: usize = 64;
 
 /// Everything the handlers share. Per-core fields are padded and written only
 /// by their own core.
@@ -46,7 +48,8 @@ pub struct App {
     inflight: Vec<CachePadded<AtomicI64>>,
     busy_ns: Vec<CachePadded<AtomicU64>>,
     load_bits: AtomicU64,
-    open: AtomicUsize,
+    /// open connections: main listener, admin listener
+    open: [AtomicUsize; 2],
     max_connections: usize,
     limits: ConnLimits,
 }
@@ -92,7 +95,7 @@ impl App {
 
     /// Open connections on both listeners.
     pub fn open_connections(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
+        self.open.iter().map(|o| o.load(Ordering::Relaxed)).sum()
     }
 
     /// Whether SIGTERM was received.
@@ -152,6 +155,8 @@ pub fn run(loaded: Loaded) -> i32 {
     };
     let sources = Sources { tables_dir: loaded.tables_dir.clone(), extra: loaded.decision_table_path.clone(), limits };
     let started = Instant::now();
+    // Taken before loading, so that an edit made while the tables load is noticed.
+    let watched = (sources.fingerprint(), file_stamp(&loaded.path));
     let (registry, outcomes) = Registry::open(sources);
     let workers = if cfg.server.workers == 0 {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
@@ -171,7 +176,7 @@ pub fn run(loaded: Loaded) -> i32 {
         inflight: (0..SLOTS).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
         busy_ns: (0..SLOTS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
         load_bits: AtomicU64::new(0f64.to_bits()),
-        open: AtomicUsize::new(0),
+        open: [AtomicUsize::new(0), AtomicUsize::new(0)],
         max_connections: cfg.server.max_connections,
         limits: ConnLimits {
             max_body_bytes: cfg.server.max_body_bytes,
@@ -237,7 +242,7 @@ pub fn run(loaded: Loaded) -> i32 {
     );
     spawn_sampler(app.clone(), workers);
     if cfg.model.watch_file {
-        spawn_watcher(app.clone(), loaded.path.clone());
+        spawn_watcher(app.clone(), loaded.path.clone(), watched);
     }
     let code = wait_for_signals(&app, &signals);
     drop((main, admin));
@@ -293,19 +298,26 @@ fn listen(app: &Arc<App>, addr: &str, listener: Listener) -> std::io::Result<may
                     continue;
                 }
             };
-            if app.open.load(Ordering::Relaxed) >= app.max_connections {
+            // The admin listener has its own small budget: a flood on the decision port
+            // must not lock operators out.
+            let (open, max) = match listener {
+                Listener::Main => (&app.open[0], app.max_connections),
+                Listener::Admin => (&app.open[1], ADMIN_MAX_CONNECTIONS),
+            };
+            if open.load(Ordering::Relaxed) >= max {
                 app.stats.connection_rejected();
                 drop(stream);
                 continue;
             }
-            app.open.fetch_add(1, Ordering::Relaxed);
+            open.fetch_add(1, Ordering::Relaxed);
             app.stats.connection_accepted();
             let app = app.clone();
             may::go!(move || {
                 let _ = stream.set_nodelay(true);
                 let observer = Observer { app: &app, admin: listener == Listener::Admin };
                 conn::serve(&mut stream, &app.limits, &|req, rsp| routes::handle(&app, listener, req, rsp), &observer);
-                app.open.fetch_sub(1, Ordering::Relaxed);
+                let open = if listener == Listener::Main { &app.open[0] } else { &app.open[1] };
+                open.fetch_sub(1, Ordering::Relaxed);
             });
         }
     });
@@ -332,25 +344,29 @@ fn spawn_sampler(app: Arc<App>, workers: usize) {
         .ok();
 }
 
+fn file_stamp(path: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+type Fingerprint = (Vec<(std::path::PathBuf, u64, Option<SystemTime>)>, Option<SystemTime>);
+
 /// Polls table files (and the config file) for changes: a few `stat` calls a second.
-fn spawn_watcher(app: Arc<App>, config_path: std::path::PathBuf) {
+fn spawn_watcher(app: Arc<App>, config_path: std::path::PathBuf, start: Fingerprint) {
     std::thread::Builder::new()
         .name("clef-watch".into())
         .spawn(move || {
-            let stamp = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-            let mut tables = app.registry.fingerprint();
-            let mut config = stamp(&config_path);
+            let (mut tables, mut config) = start;
             loop {
                 std::thread::sleep(Duration::from_millis(500));
                 if app.is_draining() {
                     return;
                 }
-                let now = app.registry.fingerprint();
+                let now = app.registry.sources().fingerprint();
                 if now != tables {
                     tables = now;
                     app.reload("file changed");
                 }
-                let c = stamp(&config_path);
+                let c = file_stamp(&config_path);
                 if c != config {
                     config = c;
                     log::warn!(

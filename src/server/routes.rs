@@ -8,7 +8,7 @@ use super::App;
 use crate::expr::value::{write_json_float, write_json_string};
 use crate::metrics::{self, Gauges, TableView};
 use crate::table::registry::{Outcome, RollbackError};
-use crate::table::ResponseMeta;
+use crate::table::{write_timestamp, ResponseMeta, Table};
 
 /// Which listener a request came in on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,8 +171,7 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
         }
         Err(e) => {
             slot.stats.record_invalid_input();
-            let status = 400;
-            rsp.error(status, e.code(), &e.to_string());
+            rsp.error(400, e.code(), &e.to_string());
         }
     }
 }
@@ -253,8 +252,18 @@ fn metrics_text(app: &App, req: &Request<'_>, rsp: &mut Response) {
     rsp.content_type = format.content_type();
 }
 
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+/// `,"kind":…,"version":…,"rule_count":…,"loaded_at":…` of a loaded table.
+fn write_table_summary(t: &Table, b: &mut String) {
+    let _ = write!(
+        b,
+        ",\"kind\":\"{}\",\"version\":\"{}\",\"rule_count\":{}",
+        t.kind.name(),
+        t.version,
+        t.engine.rules.len()
+    );
+    b.push_str(",\"loaded_at\":\"");
+    write_timestamp(t.loaded_at, b);
+    b.push('"');
 }
 
 fn tables(app: &App, rsp: &mut Response) {
@@ -269,15 +278,7 @@ fn tables(app: &App, rsp: &mut Response) {
         write_json_string(name, b);
         match &slot.current {
             Some(t) => {
-                let _ = write!(
-                    b,
-                    ",\"kind\":\"{}\",\"version\":\"{}\",\"rules\":{}",
-                    t.kind.name(),
-                    t.version,
-                    t.engine.rules.len()
-                );
-                b.push_str(",\"loaded_at\":");
-                write_json_string(&rfc3339(t.loaded_at), b);
+                write_table_summary(t, b);
                 b.push_str(",\"default\":");
                 b.push_str(if app.default_table.as_deref() == Some(name.as_str()) { "true" } else { "false" });
             }
@@ -323,15 +324,7 @@ fn table(app: &App, name: &str, rsp: &mut Response) {
     }
     b.push(']');
     if let Some(t) = &slot.current {
-        let _ = write!(
-            b,
-            ",\"kind\":\"{}\",\"version\":\"{}\",\"rule_count\":{}",
-            t.kind.name(),
-            t.version,
-            t.engine.rules.len()
-        );
-        b.push_str(",\"loaded_at\":");
-        write_json_string(&rfc3339(t.loaded_at), b);
+        write_table_summary(t, b);
         if let Some(d) = &t.description {
             b.push_str(",\"description\":");
             write_json_string(d, b);

@@ -106,43 +106,21 @@ impl Registry {
         (registry, outcomes)
     }
 
+    /// Where the tables come from.
+    pub fn sources(&self) -> &Sources {
+        &self.sources
+    }
+
     /// The snapshot requests read.
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Tables>> {
         self.current.load()
-    }
-
-    /// The files that make up the tables: name → paths (two paths is an error).
-    fn discover(&self) -> (BTreeMap<String, Vec<PathBuf>>, Vec<String>) {
-        let mut by_name: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-        let mut problems = Vec::new();
-        match std::fs::read_dir(&self.sources.tables_dir) {
-            Ok(entries) => {
-                for entry in entries.flatten() {
-                    let path = entry.path();
-                    if path.is_file() && TableKind::of_path(&path).is_some() {
-                        by_name.entry(table_name(&path)).or_default().push(path);
-                    }
-                }
-            }
-            Err(e) => problems.push(format!("cannot read tables_dir {}: {e}", self.sources.tables_dir.display())),
-        }
-        if let Some(extra) = &self.sources.extra {
-            let same = by_name.values().flatten().any(|p| same_file(p, extra));
-            if !same {
-                by_name.entry(table_name(extra)).or_default().push(extra.clone());
-            }
-        }
-        for paths in by_name.values_mut() {
-            paths.sort();
-        }
-        (by_name, problems)
     }
 
     /// Re-reads every table file; returns what happened to each name.
     pub fn reload(&self) -> Vec<(String, Outcome)> {
         let _serialized = self.reload_lock.lock();
         let old = self.current.load_full();
-        let (files, problems) = self.discover();
+        let (files, problems) = self.sources.discover();
         for p in problems {
             log::error!("{p}");
         }
@@ -235,6 +213,35 @@ impl Registry {
         next.slots.insert(name.to_string(), slot);
         self.current.store(Arc::new(next));
         Ok(previous)
+    }
+}
+
+impl Sources {
+    /// The files that make up the tables: name → paths (two paths is an error).
+    pub fn discover(&self) -> (BTreeMap<String, Vec<PathBuf>>, Vec<String>) {
+        let mut by_name: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        let mut problems = Vec::new();
+        match std::fs::read_dir(&self.tables_dir) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    if path.is_file() && TableKind::of_path(&path).is_some() {
+                        by_name.entry(table_name(&path)).or_default().push(path);
+                    }
+                }
+            }
+            Err(e) => problems.push(format!("cannot read tables_dir {}: {e}", self.tables_dir.display())),
+        }
+        if let Some(extra) = &self.extra {
+            let same = by_name.values().flatten().any(|p| same_file(p, extra));
+            if !same {
+                by_name.entry(table_name(extra)).or_default().push(extra.clone());
+            }
+        }
+        for paths in by_name.values_mut() {
+            paths.sort();
+        }
+        (by_name, problems)
     }
 
     /// A cheap fingerprint of the table files (names, sizes, modification
