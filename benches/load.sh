@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Load test of the real binary with wrk (issue #3): POST /decide against GET /health in one run.
 #
-#   bash benches/load.sh [SECONDS] [CONNECTIONS]
+#   bash benches/load.sh [SECONDS] [CONNECTIONS] [ROUNDS]
 #
-# Prints, for each endpoint: requests/s, p50/p99 latency, server CPU time per request
-# (from /proc/PID/stat, load-independent), and the server's resident memory idle and after.
+# Runs GET /health and POST /decide alternately ROUNDS times each (SECONDS per run) against
+# one server and prints, per run and as medians: requests/s, p50/p99 latency, server CPU time
+# per request (from /proc/PID/stat: load-independent), and the resident memory idle and after.
 # Needs wrk (apt-get install wrk). Talks only to 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-10}
 CONNS=${2:-64}
+ROUNDS=${3:-3}
 THREADS=${WRK_THREADS:-2}
 command -v wrk >/dev/null || { echo "wrk is required: apt-get install wrk" >&2; exit 1; }
 cargo build --release -q
@@ -52,15 +54,22 @@ run() { # name, extra wrk args...
   printf '%-8s %10s req/s  p50 %-8s p99 %-8s  server CPU %s µs/request  %s\n' "$name" "$rps" "$p50" "$p99" "$cpu_us" "$errors"
   echo "$name $rps $p99 $cpu_us" >> "$WORK/results"
 }
-run health "http://127.0.0.1:$PORT/health"
-run decide -s "$WORK/post.lua" "http://127.0.0.1:$PORT/decide"
+for _ in $(seq "$ROUNDS"); do
+  run health "http://127.0.0.1:$PORT/health"
+  run decide -s "$WORK/post.lua" "http://127.0.0.1:$PORT/decide"
+done
 echo "RSS after: $(( $(rss_kb) / 1024 )).$(( ($(rss_kb) % 1024) * 10 / 1024 )) MB"
 python3 - "$WORK/results" <<'PY'
-import sys
-rows = {l.split()[0]: l.split()[1:] for l in open(sys.argv[1])}
+import statistics, sys
 def ms(s):
     return float(s[:-2]) if s.endswith("ms") else float(s[:-2]) / 1000 if s.endswith("us") else float(s[:-1]) * 1000
-h, d = rows["health"], rows["decide"]
-print("decide/health: throughput %.2f, p99 %.2f, CPU per request %.2f"
-      % (float(d[0]) / float(h[0]), ms(d[1]) / ms(h[1]), float(d[2]) / float(h[2])))
+runs = {}
+for line in open(sys.argv[1]):
+    name, rps, p99, cpu = line.split()
+    runs.setdefault(name, []).append((float(rps), ms(p99), float(cpu)))
+med = {n: [statistics.median(col) for col in zip(*rows)] for n, rows in runs.items()}
+for n, (rps, p99, cpu) in med.items():
+    print("median %-7s %10.0f req/s  p99 %6.2f ms  server CPU %5.2f us/request" % (n, rps, p99, cpu))
+h, d = med["health"], med["decide"]
+print("decide/health (medians): throughput %.2f, p99 %.2f, CPU per request %.2f" % (d[0] / h[0], d[1] / h[1], d[2] / h[2]))
 PY
