@@ -244,19 +244,16 @@ impl Compiler<'_> {
         if all_const(&nodes) {
             return self.fold(Node::Call(func, nodes), e.span);
         }
-        let node = match (func, nodes.as_slice()) {
-            (Func::Contains | Func::StartsWith | Func::EndsWith, [_, Node::Const(Const::Str(_))]) => {
-                let mut it = nodes.into_iter();
-                let operand = it.next().unwrap_or(Node::Const(Const::Nil));
-                let Some(Node::Const(Const::Str(needle))) = it.next() else { unreachable_node() };
-                let op = match func {
-                    Func::Contains => BinOp::Contains,
-                    Func::StartsWith => BinOp::StartsWith,
-                    _ => BinOp::EndsWith,
-                };
-                str_test(op, operand, needle)
-            }
-            _ => Node::Call(func, nodes),
+        let string_op = match func {
+            Func::Contains => Some(BinOp::Contains),
+            Func::StartsWith => Some(BinOp::StartsWith),
+            Func::EndsWith => Some(BinOp::EndsWith),
+            _ => None,
+        };
+        let node = match (string_op, <[Node; 2]>::try_from(nodes)) {
+            (Some(op), Ok([operand, Node::Const(Const::Str(needle))])) => str_test(op, operand, needle),
+            (_, Ok(pair)) => Node::Call(func, pair.into()),
+            (_, Err(nodes)) => Node::Call(func, nodes),
         };
         if self.shared.contains(&key) {
             let id = self.program.memos.len() as u32;
@@ -310,10 +307,6 @@ impl Compiler<'_> {
             (op, left, right) => Node::Compare(op, Box::new(left), Box::new(right)),
         })
     }
-}
-
-fn unreachable_node() -> ! {
-    unreachable!("matched a constant string argument just above")
 }
 
 fn str_test(op: BinOp, operand: Node, needle: Box<str>) -> Node {

@@ -205,6 +205,7 @@ pub fn run(loaded: Loaded) -> i32 {
         }
     }
 
+    raise_open_files_limit(cfg.server.max_connections);
     // Signals go to one thread that waits for them: block them everywhere first.
     let signals = signal_set();
     if let Err(e) = signals.thread_block() {
@@ -247,6 +248,22 @@ pub fn run(loaded: Loaded) -> i32 {
     let code = wait_for_signals(&app, &signals);
     drop((main, admin));
     code
+}
+
+/// Every connection is a file descriptor: lift the soft limit (often 1024) so that
+/// `max_connections` can be reached.
+fn raise_open_files_limit(max_connections: usize) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return };
+    let wanted = (max_connections as u64 + 128).min(hard);
+    if wanted > soft {
+        if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, wanted, hard) {
+            log::warn!("cannot raise the open files limit to {wanted}: {e}");
+        }
+    }
+    if wanted < max_connections as u64 {
+        log::warn!("open files limit {hard} is below server.max_connections {max_connections}");
+    }
 }
 
 fn signal_set() -> nix::sys::signal::SigSet {
