@@ -99,31 +99,31 @@ impl Parser {
     }
 
     fn or(&mut self) -> Result<Expr, ExprError> {
-        let first = self.and()?;
-        if *self.peek() != Tok::Or {
-            return Ok(first);
-        }
-        let mut items = vec![first];
-        while *self.peek() == Tok::Or {
-            self.bump();
-            items.push(self.and()?);
-        }
-        let span = items[0].span.to(items[items.len() - 1].span);
-        Ok(Expr::new(ExprKind::Or(items), span))
+        self.logical(Tok::Or, Parser::and, ExprKind::Or)
     }
 
     fn and(&mut self) -> Result<Expr, ExprError> {
-        let first = self.comparison()?;
-        if *self.peek() != Tok::And {
+        self.logical(Tok::And, Parser::comparison, ExprKind::And)
+    }
+
+    /// `a op b op c …` as one flat list (`&&` / `||`).
+    fn logical(
+        &mut self,
+        op: Tok,
+        operand: fn(&mut Parser) -> Result<Expr, ExprError>,
+        kind: fn(Vec<Expr>) -> ExprKind,
+    ) -> Result<Expr, ExprError> {
+        let first = operand(self)?;
+        if *self.peek() != op {
             return Ok(first);
         }
         let mut items = vec![first];
-        while *self.peek() == Tok::And {
+        while *self.peek() == op {
             self.bump();
-            items.push(self.comparison()?);
+            items.push(operand(self)?);
         }
         let span = items[0].span.to(items[items.len() - 1].span);
-        Ok(Expr::new(ExprKind::And(items), span))
+        Ok(Expr::new(kind(items), span))
     }
 
     /// The comparison operator at the cursor and how many tokens it takes.
