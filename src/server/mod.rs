@@ -331,6 +331,8 @@ fn listen(app: &Arc<App>, addr: &str, listener: Listener) -> std::io::Result<may
             let app = app.clone();
             may::go!(move || {
                 let _ = stream.set_nodelay(true);
+                // A client that stops reading its answers is dropped too.
+                let _ = stream.set_write_timeout(Some(app.limits.read_timeout));
                 let observer = Observer { app: &app, admin: listener == Listener::Admin };
                 conn::serve(&mut stream, &app.limits, &|req, rsp| routes::handle(&app, listener, req, rsp), &observer);
                 let open = if listener == Listener::Main { &app.open[0] } else { &app.open[1] };
