@@ -494,7 +494,7 @@ fn resolve(mut config: Config, path: PathBuf, text: &str, env: &[(String, String
     let mut token = |keys: [&str; 2], file: &mut Option<PathBuf>| -> Option<String> {
         let p = resolve_path(&base_dir, file.as_deref()?);
         *file = Some(p.clone());
-        let problem = match std::fs::read_to_string(&p) {
+        let problem = match read_token_file(&p) {
             Ok(t) if !t.trim().is_empty() => return Some(t.trim().to_string()),
             Ok(_) => format!("the token file `{}` ({}.{}) is empty", p.display(), keys[0], keys[1]),
             Err(e) => {
@@ -779,13 +779,14 @@ fn syntax_diagnostic(shown: &str, text: &str, e: &serde_yaml::Error) -> Diagnost
             let path = path.trim_end_matches(": ");
             let column = at - line_start(text, at);
             // serde_yaml points at the first one: show the second
-            let mut from = at + 1;
+            let next_char = |i: usize| i + text[i..].chars().next().map_or(1, char::len_utf8);
+            let mut from = next_char(at);
             while let Some(p) = find_key(text, key, from, false) {
                 if p - line_start(text, p) == column {
                     at = p;
                     break;
                 }
-                from = p + 1;
+                from = next_char(p);
             }
             width = key.len();
             let place = if path.is_empty() { "at the top level".to_string() } else { format!("in `{path}`") };
@@ -902,6 +903,15 @@ fn offset_of(text: &str, line: usize, column: usize) -> usize {
     text.len()
 }
 
+/// Reads a token file; only its first 4 KiB count, so a config pointing at `/dev/zero`
+/// cannot exhaust memory.
+fn read_token_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(4096).read_to_end(&mut bytes)?;
+    String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
 fn line_start(text: &str, at: usize) -> usize {
     text[..at].rfind('\n').map(|i| i + 1).unwrap_or(0)
 }
@@ -909,7 +919,8 @@ fn line_start(text: &str, at: usize) -> usize {
 /// Finds `key:` as a mapping key at or after `from` (at column 0 when `top`).
 fn find_key(text: &str, key: &str, from: usize, top: bool) -> Option<usize> {
     let mut search = from;
-    while let Some(p) = text[search..].find(key).map(|p| p + search) {
+    // `from` may fall inside a multi-byte character: `get` then yields None instead of panicking.
+    while let Some(p) = text.get(search..).and_then(|rest| rest.find(key)).map(|p| p + search) {
         search = p + key.len();
         let ls = line_start(text, p);
         let before_ok =

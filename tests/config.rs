@@ -319,3 +319,22 @@ fn the_config_round_trips_through_yaml() {
     let text = serde_yaml::to_string(&c).unwrap();
     assert_eq!(serde_yaml::from_str::<Config>(&text).unwrap(), c);
 }
+
+/// Found by fuzzing: a duplicate key after a multi-byte character used to panic.
+#[test]
+fn duplicate_keys_after_non_ascii_text_are_diagnosed_not_panicked() {
+    for text in ["é: 1\né: 2\n", "ä: 1\nb: 1\nb: 2\n", "\u{FEE5}:\rml:\nml:"] {
+        let (_dir, path) = write(text.as_bytes());
+        let d = check_file(&path);
+        assert!(d.iter().any(|d| d.severity == Severity::Error), "{text:?}: {d:?}");
+        assert!(!load_err(&path, &no_env()).is_empty());
+    }
+}
+
+#[test]
+fn only_the_start_of_a_token_file_is_read() {
+    let (_dir, path) = write(b"server:\n  token_file: /dev/zero\n");
+    // Reading /dev/zero whole would never end: clef reads its first 4 KiB and stops.
+    let loaded = load_with_env(Some(&path), &Overrides::default(), &no_env()).expect("loads");
+    assert_eq!(loaded.server_token.map(|t| t.len()), Some(4096));
+}
