@@ -5,7 +5,7 @@ use bumpalo::Bump;
 use super::compile::Program;
 use super::ir::{AccessStep, Node};
 use super::ops::{self, BinOp, EvalError, EvalResult, UnOp};
-use super::value::{Array, Const, Value};
+use super::value::{Array, Value};
 
 /// A slot's content: the field's value, or why reading the path failed
 /// (e.g. `x.y` where `x` is a number).
@@ -33,12 +33,6 @@ impl<'a> Ctx<'a> {
         let memos = if program.memos.is_empty() { Vec::new() } else { vec![None; program.memos.len()] };
         let groups = if program.groups.is_empty() { Vec::new() } else { vec![None; program.groups.len()] };
         Ctx { program, slots, memos, groups, arena }
-    }
-
-    /// Forgets memoized values (after slots were changed by hand).
-    pub fn clear_memos(&mut self) {
-        self.memos.iter_mut().for_each(|m| *m = None);
-        self.groups.iter_mut().for_each(|g| *g = None);
     }
 
     #[inline(never)]
@@ -320,9 +314,4 @@ mod smallvec_args {
             }
         }
     }
-}
-
-/// A constant as a value (re-exported for the index).
-pub fn const_value(c: &Const) -> Value<'_> {
-    Value::from_const(c)
 }
