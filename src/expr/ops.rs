@@ -315,6 +315,11 @@ fn as_f64(n: Num) -> f64 {
 
 /// Exact comparison of an int with a float (no rounding of large ints).
 fn cmp_int_float(i: i64, f: f64) -> Option<Ordering> {
+    // Ints up to 2^53 convert to f64 exactly, and comparing floats is exact.
+    const EXACT: i64 = 1 << 53;
+    if (-EXACT..=EXACT).contains(&i) {
+        return (i as f64).partial_cmp(&f);
+    }
     if f.is_nan() {
         return None;
     }
@@ -719,5 +724,25 @@ fn min_max<'a>(func: Func, args: &[Value<'a>]) -> EvalResult<'a> {
         None => Err(EvalError::Empty { func: func.name() }),
         Some(Num::Int(i)) if all_int => Ok(Value::Int(i)),
         Some(n) => Ok(Value::Float(as_f64(n))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ints_and_floats_compare_exactly_at_every_magnitude() {
+        let cmp = |i: i64, f: f64| compare_numbers(&Value::Int(i), &Value::Float(f));
+        assert_eq!(cmp(1000, 1200.5), Some(Ordering::Less));
+        assert_eq!(cmp(3, 3.0), Some(Ordering::Equal));
+        assert_eq!(cmp(-3, -3.5), Some(Ordering::Greater));
+        // 2^53 + 1 is not a float: it lies between 2^53 and 2^53 + 2.
+        assert_eq!(cmp((1 << 53) + 1, 9_007_199_254_740_992.0), Some(Ordering::Greater));
+        assert_eq!(cmp((1 << 53) + 1, 9_007_199_254_740_994.0), Some(Ordering::Less));
+        // i64::MAX is below 2^63, which is the float nearest to it.
+        assert_eq!(cmp(i64::MAX, 9_223_372_036_854_775_808.0), Some(Ordering::Less));
+        assert_eq!(cmp(i64::MIN, -9_223_372_036_854_775_808.0), Some(Ordering::Equal));
+        assert_eq!(cmp(0, f64::NAN), None);
     }
 }
