@@ -463,17 +463,6 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// The table name of a file: its file name without every extension (`net.flash.json` → `net`).
-fn stem_name(p: &Path) -> Option<String> {
-    let name = p.file_name()?.to_str()?;
-    let first = name.chars().next().map_or(0, char::len_utf8);
-    let stem = match name[first..].find('.') {
-        Some(i) => &name[..i + first],
-        None => name,
-    };
-    Some(stem.to_string())
-}
-
 fn resolve(mut config: Config, path: PathBuf, text: &str, env: &[(String, String)]) -> Result<Loaded, Vec<Diagnostic>> {
     let shown = path.display().to_string();
     let base_dir = base_dir_of(&path);
@@ -481,7 +470,7 @@ fn resolve(mut config: Config, path: PathBuf, text: &str, env: &[(String, String
         resolve_path(&base_dir, config.model.tables_dir.as_deref().unwrap_or_else(|| Path::new("./tables")));
     let decision_table_path = config.model.decision_table_path.as_deref().map(|p| resolve_path(&base_dir, p));
     let default_table =
-        config.model.default_table.clone().or_else(|| decision_table_path.as_deref().and_then(stem_name));
+        config.model.default_table.clone().or_else(|| decision_table_path.as_deref().map(crate::table::table_name));
     let state_dir = match &config.state_dir {
         Some(p) => resolve_path(&base_dir, p),
         None => match env.iter().find(|(k, v)| k == "STATE_DIRECTORY" && !v.is_empty()) {
@@ -1197,8 +1186,8 @@ mod tests {
 
     #[test]
     fn stems_drop_every_extension() {
-        assert_eq!(stem_name(Path::new("/a/net.flash.json")).as_deref(), Some("net"));
-        assert_eq!(stem_name(Path::new("decision_table.json")).as_deref(), Some("decision_table"));
-        assert_eq!(stem_name(Path::new("été.json")).as_deref(), Some("été"));
+        assert_eq!(crate::table::table_name(Path::new("/a/net.flash.json")).as_str(), "net");
+        assert_eq!(crate::table::table_name(Path::new("decision_table.json")).as_str(), "decision_table");
+        assert_eq!(crate::table::table_name(Path::new("été.json")).as_str(), "été");
     }
 }

@@ -35,6 +35,17 @@ pub struct Slot {
     pub files: Vec<PathBuf>,
 }
 
+impl Slot {
+    /// Makes `table` the serving version; the counters carry over while the rule ids stay the same.
+    fn serve(&mut self, table: Arc<Table>) {
+        let rule_ids: Vec<String> = table.engine.rules.iter().map(|r| r.id.clone()).collect();
+        if self.stats.rule_ids() != rule_ids.as_slice() {
+            self.stats = Arc::new(TableStats::new(rule_ids));
+        }
+        self.current = Some(table);
+    }
+}
+
 /// All tables, as one immutable snapshot.
 #[derive(Debug, Default)]
 pub struct Tables {
@@ -175,17 +186,13 @@ impl Registry {
         }
         match Table::from_bytes(path, &bytes, &self.sources.limits) {
             Ok(table) => {
-                let rule_ids: Vec<String> = table.engine.rules.iter().map(|r| r.id.clone()).collect();
-                if slot.stats.rule_ids() != rule_ids.as_slice() {
-                    slot.stats = Arc::new(TableStats::new(rule_ids));
-                }
                 if let Some(old) = slot.current.take() {
                     slot.previous.push(old);
                     if slot.previous.len() > KEPT_VERSIONS {
                         slot.previous.remove(0);
                     }
                 }
-                slot.current = Some(Arc::new(table));
+                slot.serve(Arc::new(table));
                 slot.error = None;
                 (slot, Outcome::Loaded { version })
             }
@@ -204,11 +211,7 @@ impl Registry {
         let Some(slot) = old.slots.get(name) else { return Err(RollbackError::UnknownTable) };
         let mut slot = slot.clone();
         let Some(previous) = slot.previous.pop() else { return Err(RollbackError::NoPreviousVersion) };
-        let rule_ids: Vec<String> = previous.engine.rules.iter().map(|r| r.id.clone()).collect();
-        if slot.stats.rule_ids() != rule_ids.as_slice() {
-            slot.stats = Arc::new(TableStats::new(rule_ids));
-        }
-        slot.current = Some(previous.clone());
+        slot.serve(previous.clone());
         let mut next = Tables { slots: old.slots.clone() };
         next.slots.insert(name.to_string(), slot);
         self.current.store(Arc::new(next));
