@@ -261,6 +261,7 @@ struct ServerSlot {
     accepted: AtomicU64,
     rejected: AtomicU64,
     timeouts: AtomicU64,
+    write_timeouts: AtomicU64,
 }
 
 impl ServerSlot {
@@ -271,6 +272,7 @@ impl ServerSlot {
             accepted: zero(),
             rejected: zero(),
             timeouts: zero(),
+            write_timeouts: zero(),
         }
     }
 }
@@ -345,6 +347,12 @@ impl ServerStats {
         self.slot().timeouts.fetch_add(1, Relaxed);
     }
 
+    /// Counts a connection dropped because its client stopped reading its answers.
+    #[inline]
+    pub fn write_timed_out(&self) {
+        self.slot().write_timeouts.fetch_add(1, Relaxed);
+    }
+
     /// Counts a finished reload; a successful one also sets the last-success time (unix seconds).
     pub fn reload_finished(&self, ok: bool, unix_time: f64) {
         if ok {
@@ -361,6 +369,7 @@ impl ServerStats {
             accepted: 0,
             rejected: 0,
             timeouts: 0,
+            write_timeouts: 0,
             reloads_ok: self.reloads.ok.load(Relaxed),
             reloads_failed: self.reloads.failed.load(Relaxed),
             last_reload_ok: f64::from_bits(self.reloads.last_ok.load(Relaxed)),
@@ -374,6 +383,7 @@ impl ServerStats {
             s.accepted += slot.accepted.load(Relaxed);
             s.rejected += slot.rejected.load(Relaxed);
             s.timeouts += slot.timeouts.load(Relaxed);
+            s.write_timeouts += slot.write_timeouts.load(Relaxed);
         }
         s
     }
@@ -483,6 +493,7 @@ struct ServerSnapshot {
     accepted: u64,
     rejected: u64,
     timeouts: u64,
+    write_timeouts: u64,
     reloads_ok: u64,
     reloads_failed: u64,
     last_reload_ok: f64,
@@ -551,7 +562,12 @@ impl Collector for ServerCollector {
         let counters = [
             ("clef_connections_accepted", "Client connections accepted", s.accepted),
             ("clef_connections_rejected", "Client connections refused because max_connections were open", s.rejected),
-            ("clef_request_timeouts", "Requests that timed out", s.timeouts),
+            ("clef_request_timeouts", "Requests that did not arrive within the read timeout", s.timeouts),
+            (
+                "clef_write_timeouts",
+                "Connections dropped because their answers made no progress for the write timeout",
+                s.write_timeouts,
+            ),
         ];
         for (name, help, value) in counters {
             ConstCounter::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)?;

@@ -4,8 +4,37 @@
 //! may_minihttp's own loop stops at 16 headers (dropping the connection without
 //! an answer), unwraps `Content-Length` (a bad value panics), has no body
 //! limit and no timeouts, so clef runs this loop instead, in the same style:
-//! read what is there, answer every complete request in the buffer, write all
-//! answers at once, wait for more.
+//! read what is there, answer the complete requests in the buffer, write the
+//! answers, wait for more.
+//!
+//! # What one client can make a connection hold
+//!
+//! Nothing a client sends may grow the process without bound or keep memory
+//! after it is done with it (SPEC §6, "Memory per connection is bounded"):
+//!
+//! - **Backpressure.** Answers to pipelined requests are collected only up to
+//!   [`OUT_CAP`]; then they are written before another request is answered.
+//!   While they cannot be written the connection reads nothing, so a client
+//!   that sends and never reads fills its own socket buffers, not our heap.
+//! - **Buffers shrink.** The read buffer grows to fit one request (at most
+//!   the head and body limits) and shrinks back as soon as that request is
+//!   answered; the answer buffers shrink after a large answer.
+//! - **Idle connections hold no buffers.** A connection idle for
+//!   [`IDLE_SLICE`] frees its buffers and waits for its next request with a
+//!   one-byte peek on the stack.
+//!
+//! # Time
+//!
+//! - `read_timeout`: a request must arrive whole this long after its first byte (408).
+//! - `idle_timeout`: a keep-alive connection may wait this long for its next request.
+//! - `write_timeout`: an answer must make progress this often. A blocked
+//!   write fails after it (may's per-call write timer, so a slow but steady
+//!   reader is fine); and answers the kernel accepted but the client never
+//!   reads (its send queue does not shrink) close the connection after it too,
+//!   rather than holding it until the idle timeout.
+//! - Draining (SIGTERM): an idle connection closes at its next wake-up
+//!   (within [`IDLE_SLICE`]); a request that arrives is answered by the
+//!   handler, which closes the connection after the answer.
 
 use std::io::{self, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -26,130 +55,337 @@ pub struct ConnLimits {
     pub idle_timeout: Duration,
     /// how long a request may take to arrive once its first byte has
     pub read_timeout: Duration,
+    /// how long an answer may go without progress before the connection is dropped
+    pub write_timeout: Duration,
 }
 
-/// What the connection loop reports to its owner.
+/// What the connection loop reports to its owner, and asks it.
 pub trait ConnObserver {
     /// a response was written
     fn responded(&self, status: u16);
     /// a request took longer than the read timeout
     fn timed_out(&self);
+    /// a client stopped reading its answers for longer than the write timeout
+    fn write_timed_out(&self) {}
+    /// whether the server is draining: idle connections close
+    fn draining(&self) -> bool {
+        false
+    }
 }
 
-const READ_CHUNK: usize = 8192;
+/// The socket operations the loop needs beyond `Read` and `Write`.
+pub trait Socket: Read + Write {
+    /// Sets how long one read may block.
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+    /// Sets how long one write may block without progress.
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+    /// Blocks (up to the read timeout) until data can be read, without taking it.
+    fn peek_byte(&mut self) -> io::Result<usize>;
+    /// Bytes handed to the kernel that the peer has not acknowledged yet, when known.
+    fn unsent_bytes(&self) -> Option<usize>;
+}
+
+/// Bytes read at a time, and the size the read buffer shrinks back to.
+pub const READ_CHUNK: usize = 8192;
+/// Answers collected before they are written; while they cannot be written, nothing more is read.
+pub const OUT_CAP: usize = 64 * 1024;
+/// Capacity kept by answer buffers between requests; anything larger is given back.
+const KEEP_CAPACITY: usize = 16 * 1024;
+/// How long an idle connection waits before it frees its buffers, checks for draining and
+/// for answers its client does not read.
+pub const IDLE_SLICE: Duration = Duration::from_secs(1);
 
 enum Step {
     /// a full request was answered; it used this many bytes of the buffer
     Answered(usize),
-    /// more bytes are needed; `true` when the client waits for `100 Continue`
-    NeedMore(bool),
+    /// more bytes are needed: the whole request is `total` bytes when known;
+    /// `continue_` when the client waits for `100 Continue`
+    NeedMore { total: Option<usize>, continue_: bool },
+}
+
+/// Why answering stopped for now.
+enum Pause {
+    /// every buffered byte was used
+    Empty,
+    /// the buffer starts with an incomplete request of `total` bytes (when known)
+    Incomplete(Option<usize>),
+    /// [`OUT_CAP`] of answers are waiting to be written
+    Full,
+    /// the connection must close after the answers are written
+    Close,
+}
+
+/// One connection's buffers and clocks.
+struct Conn<'l> {
+    limits: &'l ConnLimits,
+    /// `input[..filled]` holds bytes read and not yet answered
+    input: Vec<u8>,
+    filled: usize,
+    out: Vec<u8>,
+    rsp: Response,
+    /// when the first byte of the incomplete request at the front of `input` arrived
+    request_started: Option<Instant>,
+    /// when the connection last finished a request (or opened)
+    idle_since: Instant,
+    /// whether `100 Continue` was sent for the request being read
+    continued: bool,
+    /// the read timeout last given to the socket, to skip needless system calls
+    read_timeout: Option<Duration>,
+    /// when answers were last handed to the kernel, while they may still be unread
+    written_at: Option<Instant>,
+    /// the kernel's send queue at the last check, and when it last shrank
+    unsent: Option<(usize, Instant)>,
 }
 
 /// Serves one connection until it closes, fails, or times out.
 pub fn serve<S, H, O>(stream: &mut S, limits: &ConnLimits, handler: &H, observer: &O)
 where
-    S: Read + Write + SetTimeout,
+    S: Socket,
     H: Fn(&Request<'_>, &mut Response),
     O: ConnObserver,
 {
-    // `space[..filled]` holds unread bytes; `space` is zeroed once and reused, so reads never re-zero it.
-    let mut space: Vec<u8> = vec![0; READ_CHUNK];
-    let mut filled = 0usize;
-    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut rsp = Response::new();
-    let mut started: Option<Instant> = None;
-    let mut continued = false;
+    let _ = stream.set_write_timeout(Some(limits.write_timeout));
+    let mut conn = Conn {
+        limits,
+        input: Vec::new(),
+        filled: 0,
+        out: Vec::new(),
+        rsp: Response::new(),
+        request_started: None,
+        idle_since: Instant::now(),
+        continued: false,
+        read_timeout: None,
+        written_at: None,
+        unsent: None,
+    };
     loop {
-        let mut consumed = 0;
-        let mut close = false;
-        while consumed < filled {
-            match step(&space[consumed..filled], limits, handler, &mut rsp, &mut continued) {
-                Ok(Step::Answered(n)) => {
-                    rsp.encode(&mut out);
-                    observer.responded(rsp.status);
-                    consumed += n;
-                    continued = false;
-                    if rsp.close {
-                        close = true;
-                        break;
-                    }
-                }
-                Ok(Step::NeedMore(send_continue)) => {
-                    if send_continue {
-                        out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-                    }
-                    break;
-                }
-                Err(()) => {
-                    rsp.close = true;
-                    rsp.encode(&mut out);
-                    observer.responded(rsp.status);
-                    close = true;
-                    break;
-                }
-            }
-        }
-        space.copy_within(consumed..filled, 0);
-        filled -= consumed;
-        if filled == 0 {
-            started = None;
-        } else if consumed > 0 || started.is_none() {
-            started = Some(Instant::now());
-        }
-        if !out.is_empty() {
-            if stream.write_all(&out).is_err() {
-                return;
-            }
-            out.clear();
-        }
-        if close {
-            return;
-        }
-        let timeout = match started {
-            None => limits.idle_timeout,
-            Some(t) => limits.read_timeout.saturating_sub(t.elapsed()),
-        };
-        if timeout.is_zero() {
-            timed_out(stream, &mut rsp, observer);
-            return;
-        }
-        let _ = stream.set_timeout(Some(timeout));
-        if space.len() - filled < READ_CHUNK / 2 {
-            space.resize(space.len() * 2, 0);
-        }
-        match stream.read(&mut space[filled..]) {
-            Ok(0) => return,
-            Ok(n) => {
-                filled += n;
-                if started.is_none() {
-                    started = Some(Instant::now());
-                }
-            }
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                if started.is_some() {
-                    timed_out(stream, &mut rsp, observer);
+        let pause = conn.answer(handler, observer);
+        if !conn.out.is_empty() {
+            if let Err(e) = stream.write_all(&conn.out) {
+                if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) {
+                    observer.write_timed_out();
                 }
                 return;
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            conn.written_at = Some(Instant::now());
+            conn.unsent = None;
+            conn.out.clear();
+        }
+        conn.release_large();
+        match pause {
+            Pause::Close => return,
+            Pause::Full => continue,
+            Pause::Empty => conn.ready_for(None),
+            Pause::Incomplete(total) => conn.ready_for(total),
+        }
+        if !conn.wait_and_read(stream, observer) {
+            return;
         }
     }
 }
 
-fn timed_out<S: Write, O: ConnObserver>(stream: &mut S, rsp: &mut Response, observer: &O) {
-    observer.timed_out();
-    rsp.reset();
-    rsp.error(408, "request_timeout", "the request did not arrive in time; the connection is closed");
-    rsp.close = true;
-    let mut out = Vec::new();
-    rsp.encode(&mut out);
-    observer.responded(408);
-    let _ = stream.write_all(&out);
+impl Conn<'_> {
+    /// Answers the complete requests at the front of the buffer, up to [`OUT_CAP`] of answers.
+    #[inline(never)]
+    fn answer<H, O>(&mut self, handler: &H, observer: &O) -> Pause
+    where
+        H: Fn(&Request<'_>, &mut Response),
+        O: ConnObserver,
+    {
+        let mut consumed = 0;
+        let pause = loop {
+            if consumed == self.filled {
+                break Pause::Empty;
+            }
+            if self.out.len() >= OUT_CAP {
+                break Pause::Full;
+            }
+            let pending = &self.input[consumed..self.filled];
+            match step(pending, self.limits, handler, &mut self.rsp, &mut self.continued) {
+                Ok(Step::Answered(n)) => {
+                    self.rsp.encode(&mut self.out);
+                    observer.responded(self.rsp.status);
+                    consumed += n;
+                    self.continued = false;
+                    self.request_started = None;
+                    self.idle_since = Instant::now();
+                    if self.rsp.close {
+                        break Pause::Close;
+                    }
+                }
+                Ok(Step::NeedMore { total, continue_ }) => {
+                    if continue_ {
+                        self.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                    }
+                    break Pause::Incomplete(total);
+                }
+                Err(()) => {
+                    self.rsp.close = true;
+                    self.rsp.encode(&mut self.out);
+                    observer.responded(self.rsp.status);
+                    break Pause::Close;
+                }
+            }
+        };
+        if consumed > 0 {
+            self.input.copy_within(consumed..self.filled, 0);
+            self.filled -= consumed;
+        }
+        pause
+    }
+
+    /// Gives back answer buffers grown by a large answer.
+    fn release_large(&mut self) {
+        if self.out.capacity() > OUT_CAP + KEEP_CAPACITY {
+            self.out = Vec::new();
+        }
+        self.rsp.release_large(KEEP_CAPACITY);
+    }
+
+    /// Sizes the read buffer for what comes next: room for a request of `total` bytes
+    /// (when known), else one chunk more; a buffer grown for an earlier, larger
+    /// request shrinks back.
+    fn ready_for(&mut self, total: Option<usize>) {
+        let need = total.unwrap_or(self.filled + READ_CHUNK / 2).max(READ_CHUNK);
+        if need > self.input.len() {
+            // a head that trickles in grows the buffer by doubling; a known length at once
+            let size = if total.is_some() { need } else { need.max(self.input.len() * 2) };
+            self.input.resize(size, 0);
+        } else if self.input.len() > READ_CHUNK && need <= READ_CHUNK {
+            // a fresh small buffer, so that the large one goes back to the allocator
+            let mut small = vec![0; READ_CHUNK];
+            small[..self.filled].copy_from_slice(&self.input[..self.filled]);
+            self.input = small;
+        }
+    }
+
+    /// Frees every buffer of an idle connection.
+    fn release_all(&mut self) {
+        if self.filled == 0 {
+            self.input = Vec::new();
+        }
+        self.out = Vec::new();
+        self.rsp.release_large(0);
+    }
+
+    /// Waits for more bytes and reads them; `false` when the connection must close.
+    #[inline(never)]
+    fn wait_and_read<S: Socket, O: ConnObserver>(&mut self, stream: &mut S, observer: &O) -> bool {
+        loop {
+            let now = Instant::now();
+            let slice = if self.filled > 0 {
+                let started = *self.request_started.get_or_insert(now);
+                let left = self.limits.read_timeout.saturating_sub(now - started);
+                if left.is_zero() {
+                    self.timed_out(stream, observer);
+                    return false;
+                }
+                left
+            } else {
+                if observer.draining() {
+                    return false;
+                }
+                let left = self.limits.idle_timeout.saturating_sub(now - self.idle_since);
+                if left.is_zero() {
+                    return false;
+                }
+                left.min(IDLE_SLICE)
+            };
+            let slice = match self.written_at {
+                Some(_) => slice.min(self.limits.write_timeout),
+                None => slice,
+            };
+            // may keeps socket timeouts in whole milliseconds and reads 0 as "no timeout":
+            // round up, or a wait of less than a millisecond would never end.
+            let slice = Duration::from_millis(u64::try_from(slice.as_micros().div_ceil(1000)).unwrap_or(u64::MAX));
+            if self.read_timeout != Some(slice) && stream.set_read_timeout(Some(slice)).is_ok() {
+                self.read_timeout = Some(slice);
+            }
+            let got = if self.input.is_empty() {
+                // idle without buffers: wait on the stack, allocate once bytes are there
+                match stream.peek_byte() {
+                    Ok(0) => return false,
+                    Ok(_) => {
+                        self.input = vec![0; READ_CHUNK];
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                }
+            } else {
+                stream.read(&mut self.input[self.filled..])
+            };
+            match got {
+                Ok(0) => return false,
+                Ok(n) => {
+                    if self.filled == 0 {
+                        self.request_started = Some(Instant::now());
+                    }
+                    self.filled += n;
+                    return true;
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    if !self.still_delivering(stream, observer) {
+                        return false;
+                    }
+                    if self.filled == 0 && self.idle_since.elapsed() >= IDLE_SLICE {
+                        self.release_all();
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+impl Conn<'_> {
+    /// Answers 408 and gives up on a request that did not arrive in time.
+    fn timed_out<S: Socket, O: ConnObserver>(&mut self, stream: &mut S, observer: &O) {
+        observer.timed_out();
+        self.rsp.reset();
+        self.rsp.error(408, "request_timeout", "the request did not arrive in time; the connection is closed");
+        self.rsp.close = true;
+        let mut out = Vec::new();
+        self.rsp.encode(&mut out);
+        observer.responded(408);
+        let _ = stream.write_all(&out);
+    }
+
+    /// After a wait that timed out: whether answers already written are still being read.
+    /// Answers that sit in the kernel's send queue without it shrinking for the write
+    /// timeout mean the client stopped reading: `false`, close.
+    fn still_delivering<S: Socket, O: ConnObserver>(&mut self, stream: &S, observer: &O) -> bool {
+        let Some(written) = self.written_at else { return true };
+        let now = Instant::now();
+        match stream.unsent_bytes() {
+            None | Some(0) => {
+                self.written_at = None;
+                self.unsent = None;
+                true
+            }
+            Some(n) => {
+                let since = match self.unsent {
+                    Some((before, at)) if n >= before => at,
+                    Some(_) => now,
+                    None => written,
+                };
+                self.unsent = Some((n, since));
+                if now.duration_since(since) >= self.limits.write_timeout {
+                    observer.write_timed_out();
+                    return false;
+                }
+                true
+            }
+        }
+    }
 }
 
 /// Parses one request at the start of `pending` and answers it if complete.
 /// `Err` means an error response is in `rsp` and the connection must close.
+//
+// Not inlined: its header array (and the handler under it) take stack only while a request
+// is parsed, not while the connection waits; stack pages touched once stay resident.
+#[inline(never)]
 fn step<H: Fn(&Request<'_>, &mut Response)>(
     pending: &[u8],
     limits: &ConnLimits,
@@ -174,7 +410,7 @@ fn step<H: Fn(&Request<'_>, &mut Response)>(
                 rsp.error(431, "headers_too_large", &too_large_headers(limits));
                 return Err(());
             }
-            return Ok(Step::NeedMore(false));
+            return Ok(Step::NeedMore { total: None, continue_: false });
         }
         Err(httparse::Error::TooManyHeaders) => {
             rsp.error(431, "headers_too_large", &too_large_headers(limits));
@@ -194,12 +430,15 @@ fn step<H: Fn(&Request<'_>, &mut Response)>(
     let mut expect_continue = false;
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
-            let parsed = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse::<usize>().ok());
-            match (parsed, content_length) {
+            match (parse_content_length(h.value), content_length) {
                 (Some(n), None) => content_length = Some(n),
                 (Some(n), Some(m)) if n == m => {}
                 _ => {
-                    rsp.error(400, "invalid_body", "Content-Length is not a single non-negative number");
+                    rsp.error(
+                        400,
+                        "invalid_body",
+                        "Content-Length must be one decimal number of bytes (digits only, no sign, no leading zeros)",
+                    );
                     return Err(());
                 }
             }
@@ -222,14 +461,17 @@ fn step<H: Fn(&Request<'_>, &mut Response)>(
         rsp.error(
             413,
             "body_too_large",
-            &format!("the body is {body_len} bytes; at most {} are accepted", limits.max_body_bytes),
+            &format!(
+                "the body is {body_len} bytes; at most {} are accepted (server.max_body_bytes)",
+                limits.max_body_bytes
+            ),
         );
         return Err(());
     }
     if pending.len() < head_len + body_len {
-        let send_continue = expect_continue && !*continued;
-        *continued |= send_continue;
-        return Ok(Step::NeedMore(send_continue));
+        let continue_ = expect_continue && !*continued;
+        *continued |= continue_;
+        return Ok(Step::NeedMore { total: Some(head_len + body_len), continue_ });
     }
     let target = req.path.unwrap_or("/");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
@@ -254,21 +496,55 @@ fn step<H: Fn(&Request<'_>, &mut Response)>(
     Ok(Step::Answered(head_len + body_len))
 }
 
+/// `Content-Length` as RFC 9110 has it: one or more digits. A sign, spaces inside, or a
+/// leading zero (`+63`, `00063`) are refused: a lenient proxy in front might read them
+/// differently, which is how requests get smuggled.
+fn parse_content_length(value: &[u8]) -> Option<usize> {
+    let v = value.trim_ascii();
+    let digits_only = !v.is_empty() && v.iter().all(u8::is_ascii_digit);
+    if !digits_only || (v.len() > 1 && v[0] == b'0') {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
 fn too_large_headers(limits: &ConnLimits) -> String {
     format!(
-        "the request head is too large: at most {} headers and {} bytes are accepted",
+        "the request head is too large: at most {} headers and {} bytes are accepted \
+         (server.max_headers, server.max_header_bytes)",
         limits.max_headers, limits.max_header_bytes
     )
 }
 
-/// Streams whose reads can time out.
-pub trait SetTimeout {
-    /// Sets the read timeout.
-    fn set_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+impl Socket for may::net::TcpStream {
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        may::net::TcpStream::set_read_timeout(self, timeout)
+    }
+
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        may::net::TcpStream::set_write_timeout(self, timeout)
+    }
+
+    fn peek_byte(&mut self) -> io::Result<usize> {
+        let mut byte = [0u8; 1];
+        self.peek(&mut byte)
+    }
+
+    fn unsent_bytes(&self) -> Option<usize> {
+        super::socket::unsent_bytes(self)
+    }
 }
 
-impl SetTimeout for may::net::TcpStream {
-    fn set_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(timeout)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_length_is_digits_only() {
+        assert_eq!(parse_content_length(b"63"), Some(63));
+        assert_eq!(parse_content_length(b" 0 "), Some(0));
+        for bad in [&b"+63"[..], b"00063", b"-1", b"6 3", b"", b"0x10", b"99999999999999999999999"] {
+            assert_eq!(parse_content_length(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 }

@@ -86,6 +86,17 @@ impl Response {
         self.head = false;
     }
 
+    /// Gives back the body's and headers' memory when it grew beyond `keep` bytes
+    /// (a large answer), so one large answer does not stay with the connection.
+    pub fn release_large(&mut self, keep: usize) {
+        if self.body.capacity() > keep {
+            self.body = String::new();
+        }
+        if self.headers.capacity() > 16 || keep == 0 {
+            self.headers = Vec::new();
+        }
+    }
+
     /// A JSON error body: `{"error": {"code": ..., "message": ...}}`.
     pub fn error(&mut self, status: u16, code: &str, message: &str) {
         self.status = status;

@@ -7,6 +7,7 @@
 pub mod conn;
 pub mod http;
 pub mod routes;
+pub mod socket;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,6 +23,8 @@ use conn::{ConnLimits, ConnObserver};
 use routes::Listener;
 
 const SLOTS: usize = 64;
+/// The longest a drain waits for connections to finish.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// Connections the admin listener accepts at once.
 const ADMIN_MAX_CONNECTIONS: usize = 64;
 
@@ -50,6 +53,8 @@ pub struct App {
     load_bits: AtomicU64,
     /// open connections: main listener, admin listener
     open: [AtomicUsize; 2],
+    /// open connections accepted before the drain began: the drain waits for them
+    open_before_drain: AtomicUsize,
     max_connections: usize,
     limits: ConnLimits,
 }
@@ -139,6 +144,12 @@ impl ConnObserver for Observer<'_> {
     fn timed_out(&self) {
         self.app.stats.request_timed_out();
     }
+    fn write_timed_out(&self) {
+        self.app.stats.write_timed_out();
+    }
+    fn draining(&self) -> bool {
+        self.app.is_draining()
+    }
 }
 
 /// Runs the appliance until SIGTERM; returns the process exit code.
@@ -177,6 +188,7 @@ pub fn run(loaded: Loaded) -> i32 {
         busy_ns: (0..SLOTS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
         load_bits: AtomicU64::new(0f64.to_bits()),
         open: [AtomicUsize::new(0), AtomicUsize::new(0)],
+        open_before_drain: AtomicUsize::new(0),
         max_connections: cfg.server.max_connections,
         limits: ConnLimits {
             max_body_bytes: cfg.server.max_body_bytes,
@@ -184,6 +196,7 @@ pub fn run(loaded: Loaded) -> i32 {
             max_header_bytes: cfg.server.max_header_bytes,
             idle_timeout: Duration::from_millis(cfg.server.idle_timeout_ms),
             read_timeout: Duration::from_millis(cfg.server.read_timeout_ms),
+            write_timeout: Duration::from_millis(5000),
         },
     });
     let mut all_loaded = true;
@@ -215,23 +228,12 @@ pub fn run(loaded: Loaded) -> i32 {
     may::config().set_worker_pin(true);
 
     let main_addr = format!("{}:{}", cfg.server.host, cfg.server.port);
-    let main = match listen(&app, &main_addr, Listener::Main) {
-        Ok(h) => h,
-        Err(e) => {
-            log::error!("cannot listen on {main_addr}: {e}");
-            return 1;
-        }
-    };
     let admin_addr = cfg.admin.listen.clone();
-    let admin = if admin_addr.is_empty() {
-        None
-    } else {
-        match listen(&app, &admin_addr, Listener::Admin) {
-            Ok(h) => Some(h),
-            Err(e) => {
-                log::error!("cannot listen on the admin address {admin_addr}: {e}");
-                return 1;
-            }
+    let (main, admin) = match bind_listeners(&app, &main_addr, &admin_addr) {
+        Ok(listeners) => listeners,
+        Err(message) => {
+            log::error!("{message}");
+            return 1;
         }
     };
     log::info!(
@@ -248,6 +250,64 @@ pub fn run(loaded: Loaded) -> i32 {
     let code = wait_for_signals(&app, &signals);
     drop((main, admin));
     code
+}
+
+/// Binds the decision listener and the admin listener (unless `admin.listen` is empty),
+/// each owning its port; an admin address that overlaps the decision listener is refused.
+/// Waits until every request in flight is answered and every connection open at SIGTERM
+/// has closed (idle ones close within [`conn::IDLE_SLICE`]; busy ones after their next
+/// answer, which says `Connection: close`), at most [`DRAIN_DEADLINE`]. The listeners
+/// stay open meanwhile: a client that reconnects gets its 503 `draining` rather than a
+/// refused connection, and only requests racing the exit itself can be cut.
+fn drain(app: &App) {
+    let deadline = Instant::now() + DRAIN_DEADLINE;
+    loop {
+        let quiet = app.inflight() == 0 && app.open_before_drain.load(Ordering::SeqCst) == 0;
+        if quiet || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // the last answers are written; let them leave before the exit closes their sockets
+    std::thread::sleep(Duration::from_millis(20));
+}
+
+fn bind_listeners(
+    app: &Arc<App>,
+    main_addr: &str,
+    admin_addr: &str,
+) -> Result<(may::coroutine::JoinHandle<()>, Option<may::coroutine::JoinHandle<()>>), String> {
+    let main_at = socket::resolve(main_addr).map_err(|e| format!("cannot listen on {main_addr}: {e}"))?;
+    let admin_at = if admin_addr.is_empty() {
+        None
+    } else {
+        let at = socket::resolve(admin_addr)
+            .map_err(|e| format!("cannot listen on the admin address {admin_addr} (admin.listen): {e}"))?;
+        if socket::overlap(main_at, at) {
+            return Err(format!(
+                "admin.listen {admin_addr} overlaps the decision listener {main_addr}: admin endpoints would be \
+                 served on the decision port; give admin.listen a port of its own (e.g. 127.0.0.1:9901)"
+            ));
+        }
+        Some(at)
+    };
+    let main = listen(app, main_at, Listener::Main)
+        .map_err(|e| format!("cannot listen on {main_addr}: {e}{}", in_use_hint(&e, "server.port or --port")))?;
+    let admin = match admin_at {
+        None => None,
+        Some(at) => Some(listen(app, at, Listener::Admin).map_err(|e| {
+            format!("cannot listen on the admin address {admin_addr}: {e}{}", in_use_hint(&e, "admin.listen"))
+        })?),
+    };
+    Ok((main, admin))
+}
+
+fn in_use_hint(e: &std::io::Error, key: &str) -> String {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        format!(" (another process, perhaps another clef, has this port; stop it or choose another with {key})")
+    } else {
+        String::new()
+    }
 }
 
 /// Every connection is a file descriptor: lift the soft limit (often 1024) so that
@@ -283,14 +343,9 @@ fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
                 app.reload("SIGHUP");
             }
             Ok(sig) => {
-                log::info!("{sig}: draining: finishing in-flight requests");
+                log::info!("{sig}: draining: finishing in-flight requests, closing connections");
                 app.draining.store(true, Ordering::SeqCst);
-                let deadline = Instant::now() + Duration::from_secs(10);
-                // Requests already read are answered; give keep-alive peers a moment to read them.
-                std::thread::sleep(Duration::from_millis(50));
-                while app.inflight() > 0 && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
+                drain(app);
                 log::info!("stopped");
                 return 0;
             }
@@ -302,8 +357,12 @@ fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
     }
 }
 
-fn listen(app: &Arc<App>, addr: &str, listener: Listener) -> std::io::Result<may::coroutine::JoinHandle<()>> {
-    let socket = may::net::TcpListener::bind(addr)?;
+fn listen(
+    app: &Arc<App>,
+    addr: std::net::SocketAddr,
+    listener: Listener,
+) -> std::io::Result<may::coroutine::JoinHandle<()>> {
+    let socket = socket::bind_exclusive(addr)?;
     let app = app.clone();
     let handle = may::go!(move || {
         for stream in socket.incoming() {
@@ -327,16 +386,24 @@ fn listen(app: &Arc<App>, addr: &str, listener: Listener) -> std::io::Result<may
                 continue;
             }
             open.fetch_add(1, Ordering::Relaxed);
+            // Connections that arrive during the drain are answered 503 and closed; the
+            // drain does not wait for them.
+            let before_drain = !app.is_draining();
+            if before_drain {
+                app.open_before_drain.fetch_add(1, Ordering::SeqCst);
+            }
             app.stats.connection_accepted();
             let app = app.clone();
             may::go!(move || {
-                let _ = stream.set_nodelay(true);
-                // A client that stops reading its answers is dropped too.
-                let _ = stream.set_write_timeout(Some(app.limits.read_timeout));
+                socket::tune_accepted(&stream);
                 let observer = Observer { app: &app, admin: listener == Listener::Admin };
                 conn::serve(&mut stream, &app.limits, &|req, rsp| routes::handle(&app, listener, req, rsp), &observer);
+                drop(stream);
                 let open = if listener == Listener::Main { &app.open[0] } else { &app.open[1] };
                 open.fetch_sub(1, Ordering::Relaxed);
+                if before_drain {
+                    app.open_before_drain.fetch_sub(1, Ordering::SeqCst);
+                }
             });
         }
     });

@@ -7,7 +7,8 @@ use super::http::{Request, Response};
 use super::App;
 use crate::expr::value::{write_json_float, write_json_string};
 use crate::metrics::{self, Gauges, TableView};
-use crate::table::registry::{Outcome, RollbackError};
+use crate::suggest::did_you_mean;
+use crate::table::registry::{Outcome, RollbackError, Tables};
 use crate::table::{write_timestamp, ResponseMeta, Table};
 
 /// Which listener a request came in on.
@@ -19,30 +20,37 @@ pub enum Listener {
     Admin,
 }
 
-/// The routes, for 404 vs 405 answers.
-enum Route<'p> {
-    Decide(Option<&'p str>),
+/// The routes, for 404 vs 405 answers. Names are percent-decoded path segments.
+enum Route {
+    Decide(Option<String>),
     Health,
     Metrics,
     Tables,
-    Table(&'p str),
+    Table(String),
     Reload,
-    Rollback(&'p str),
+    Rollback(String),
     NotFound,
 }
 
-fn route(path: &str) -> Route<'_> {
+fn route(path: &str) -> Route {
     let path = path.strip_prefix("/v1").filter(|p| p.starts_with('/')).unwrap_or(path);
     let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
-    let segments: Vec<&str> = path.split('/').skip(1).collect();
-    match segments.as_slice() {
+    // Each segment is decoded on its own, so `%2F` stays inside a name rather than making a new segment.
+    let mut segments = Vec::new();
+    for raw in path.split('/').skip(1) {
+        match percent_encoding::percent_decode_str(raw).decode_utf8() {
+            Ok(s) => segments.push(s.into_owned()),
+            Err(_) => return Route::NotFound,
+        }
+    }
+    match segments.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["decide"] => Route::Decide(None),
-        ["decide", name] if !name.is_empty() => Route::Decide(Some(name)),
+        ["decide", name] if !name.is_empty() => Route::Decide(Some(name.to_string())),
         ["health"] => Route::Health,
         ["metrics"] => Route::Metrics,
         ["tables"] => Route::Tables,
-        ["tables", name] if !name.is_empty() => Route::Table(name),
-        ["tables", name, "rollback"] if !name.is_empty() => Route::Rollback(name),
+        ["tables", name] if !name.is_empty() => Route::Table(name.to_string()),
+        ["tables", name, "rollback"] if !name.is_empty() => Route::Rollback(name.to_string()),
         ["reload"] => Route::Reload,
         _ => Route::NotFound,
     }
@@ -62,6 +70,17 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         }
     }
     let admin = listener == Listener::Admin;
+    if app.is_draining() {
+        // Every request read during the drain is answered, and the connection closes after it,
+        // so that clients and load balancers move on instead of reusing it until the exit.
+        rsp.close = true;
+        if matches!(route(req.path), Route::Health) {
+            health(app, rsp);
+        } else {
+            rsp.error(503, "draining", "the server is shutting down; retry on another instance");
+        }
+        return;
+    }
     let r = route(req.path);
     let is_admin_route = matches!(r, Route::Reload | Route::Rollback(_));
     if is_admin_route && !admin {
@@ -94,27 +113,43 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         rsp.error(401, "unauthorized", "admin endpoints need Authorization: Bearer <admin token>");
         return;
     }
+    // Decisions and table listings (conditions, thresholds) need the decision token on the
+    // main listener; the admin listener has its own token, checked above.
+    let needs_server_token = matches!(r, Route::Decide(_) | Route::Tables | Route::Table(_));
+    if !admin && needs_server_token && !authorized(app.server_token.as_deref(), req) {
+        rsp.headers.push(("WWW-Authenticate", "Bearer".into()));
+        rsp.error(401, "unauthorized", "this endpoint needs Authorization: Bearer <token> (server.token_file)");
+        return;
+    }
     match r {
         Route::Decide(name) => {
             if admin {
                 rsp.error(404, "not_found", "decisions are served on the main listener");
                 return;
             }
-            if !authorized(app.server_token.as_deref(), req) {
-                rsp.headers.push(("WWW-Authenticate", "Bearer".into()));
-                rsp.error(401, "unauthorized", "decision calls need Authorization: Bearer <token>");
-                return;
-            }
-            decide(app, name, req, rsp)
+            decide(app, name.as_deref(), req, rsp)
         }
         Route::Health => health(app, rsp),
         Route::Metrics => metrics_text(app, req, rsp),
         Route::Tables => tables(app, rsp),
-        Route::Table(name) => table(app, name, rsp),
+        Route::Table(name) => table(app, &name, admin, rsp),
         Route::Reload => reload(app, rsp),
-        Route::Rollback(name) => rollback(app, name, rsp),
+        Route::Rollback(name) => rollback(app, &name, rsp),
         Route::NotFound => {}
     }
+}
+
+/// The 404 for a table name nobody serves, with the closest loaded name when there is one.
+fn unknown_table(tables: &Tables, name: &str, rsp: &mut Response) {
+    let message = match did_you_mean(name, tables.slots.keys().map(String::as_str)) {
+        Some(close) => format!("no table named \"{name}\"; did you mean \"{close}\"?"),
+        None if tables.slots.is_empty() => format!("no table named \"{name}\"; no tables are loaded"),
+        None => {
+            let names: Vec<&str> = tables.slots.keys().map(String::as_str).take(20).collect();
+            format!("no table named \"{name}\"; the tables are {}", names.join(", "))
+        }
+    };
+    rsp.error(404, "unknown_table", &message);
 }
 
 fn authorized(expected: Option<&str>, req: &Request<'_>) -> bool {
@@ -138,10 +173,6 @@ fn add_cors_headers(app: &App, req: &Request<'_>, rsp: &mut Response) {
 }
 
 fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
-    if app.is_draining() {
-        rsp.error(503, "draining", "the server is shutting down; retry on another instance");
-        return;
-    }
     let tables = app.registry.snapshot();
     let name = match name.or(app.default_table.as_deref()) {
         Some(n) => n,
@@ -151,7 +182,7 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
         }
     };
     let Some(slot) = tables.get(name) else {
-        rsp.error(404, "unknown_table", &format!("no table named \"{name}\""));
+        unknown_table(&tables, name, rsp);
         return;
     };
     let Some(table) = slot.current.as_ref() else {
@@ -176,10 +207,31 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
     }
 }
 
+/// What makes `/health` `degraded`, by table: a latest file that failed to load, and a
+/// default table that is not being served (`POST /decide` would answer 404 or 503).
+fn health_problems(app: &App, tables: &Tables) -> Vec<(String, String)> {
+    let mut problems: Vec<(String, String)> = tables.errors().map(|(n, e)| (n.to_string(), e.to_string())).collect();
+    if let Some(default) = app.default_table.as_deref() {
+        let serving = tables.get(default).is_some_and(|slot| slot.current.is_some());
+        let reported = problems.iter().any(|(n, _)| *n == default);
+        if !serving && !reported {
+            problems.push((
+                default.to_string(),
+                format!(
+                    "the default table \"{default}\" (model.default_table) is not loaded: no table file of that \
+                     name in the tables folder; POST /decide answers 404 until one appears"
+                ),
+            ));
+        }
+    }
+    problems
+}
+
 fn health(app: &App, rsp: &mut Response) {
     let tables = app.registry.snapshot();
     let draining = app.is_draining();
-    let degraded = tables.errors().next().is_some();
+    let problems = health_problems(app, &tables);
+    let degraded = !problems.is_empty();
     let status = if draining {
         "draining"
     } else if degraded {
@@ -213,7 +265,7 @@ fn health(app: &App, rsp: &mut Response) {
     write_json_float(app.load(), b);
     if degraded {
         b.push_str(",\"errors\":{");
-        for (i, (name, err)) in tables.errors().enumerate() {
+        for (i, (name, err)) in problems.iter().enumerate() {
             if i > 0 {
                 b.push(',');
             }
@@ -293,23 +345,27 @@ fn tables(app: &App, rsp: &mut Response) {
     b.push_str("]}");
 }
 
-fn table(app: &App, name: &str, rsp: &mut Response) {
+/// `GET /tables/{name}`; file paths (which tell where the box keeps its files) only on the
+/// admin listener.
+fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
     let tables = app.registry.snapshot();
     let Some(slot) = tables.get(name) else {
-        rsp.error(404, "unknown_table", &format!("no table named \"{name}\""));
+        unknown_table(&tables, name, rsp);
         return;
     };
     let b = &mut rsp.body;
     b.push_str("{\"name\":");
     write_json_string(name, b);
-    b.push_str(",\"files\":[");
-    for (i, f) in slot.files.iter().enumerate() {
-        if i > 0 {
-            b.push(',');
+    if admin {
+        b.push_str(",\"files\":[");
+        for (i, f) in slot.files.iter().enumerate() {
+            if i > 0 {
+                b.push(',');
+            }
+            write_json_string(&f.display().to_string(), b);
         }
-        write_json_string(&f.display().to_string(), b);
+        b.push(']');
     }
-    b.push(']');
     if let Some(e) = &slot.error {
         b.push_str(",\"error\":");
         write_json_string(e, b);
