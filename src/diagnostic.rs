@@ -80,7 +80,9 @@ impl Diagnostic {
         let text = source[line_start..line_end].trim_end_matches('\r');
         let end = floor_char_boundary(source, (offset + width_bytes).min(line_end));
         let width = source[offset..end.max(offset)].chars().count().max(1);
-        let (shown, source_column, width) = window(text, column - 1, width);
+        // the caret may stand on the `\r` of a CRLF line end, past `text`
+        let caret = (offset - line_start).min(text.len());
+        let (shown, source_column, width) = window(&text[..caret], &text[caret..], width);
         Diagnostic {
             path: path.to_string(),
             line,
@@ -127,34 +129,34 @@ impl Diagnostic {
     }
 }
 
-/// The part of `line` shown under a diagnostic whose caret is at character `caret` (0-based) and
-/// underlines `width` characters: the whole line when it is short, else [`SHOWN_LINE_CHARS`]
-/// characters around the caret with `…` at the cuts. Returns the text, the 1-based column of the
-/// caret in it and the width of the caret in it.
-fn window(line: &str, caret: usize, width: usize) -> (String, usize, usize) {
-    // Characters are counted only as far as a window can reach: a 10 MB line costs no more than
-    // a short one past the caret.
-    let reach = caret + SHOWN_LINE_CHARS + 1;
-    let counted = line.chars().take(reach).count();
-    if counted <= SHOWN_LINE_CHARS {
-        return (line.to_string(), caret + 1, width);
+/// The part of a line shown under a diagnostic whose caret stands between `before` and `after` (the
+/// line's text on either side) and underlines `width` characters: the whole line when it is
+/// short, else [`SHOWN_LINE_CHARS`] characters around the caret with `…` at the cuts. Returns the
+/// text, the 1-based column of the caret in it and the width of the caret in it.
+fn window(before: &str, after: &str, width: usize) -> (String, usize, usize) {
+    // Characters are counted only as far as a window reaches, from the caret outwards: a 10 MB
+    // line costs no more than a short one.
+    let near_before = before.chars().rev().take(SHOWN_LINE_CHARS + 1).count();
+    let near_after = after.chars().take(SHOWN_LINE_CHARS + 1).count();
+    if near_before + near_after <= SHOWN_LINE_CHARS {
+        return (format!("{before}{after}"), near_before + 1, width);
     }
-    let total = (counted < reach).then_some(counted);
-    let mut start = caret.saturating_sub(CONTEXT_BEFORE_CARET);
-    if let Some(total) = total {
-        start = start.min(total - SHOWN_LINE_CHARS);
-    }
-    let end = start + SHOWN_LINE_CHARS;
-    let mut shown = String::with_capacity(4 * SHOWN_LINE_CHARS);
-    if start > 0 {
+    // Some context before the caret; more when the line ends soon after it.
+    let keep_before = near_before.min(CONTEXT_BEFORE_CARET.max(SHOWN_LINE_CHARS.saturating_sub(near_after)));
+    let keep_after = near_after.min(SHOWN_LINE_CHARS - keep_before);
+    let start = before.char_indices().rev().nth(keep_before.wrapping_sub(1)).map_or(before.len(), |(i, _)| i);
+    let end = after.char_indices().nth(keep_after).map_or(after.len(), |(i, _)| i);
+    let cut_start = start > 0;
+    let mut shown = String::with_capacity(start.abs_diff(before.len()) + end + 8);
+    if cut_start {
         shown.push('…');
     }
-    shown.extend(line.chars().skip(start).take(SHOWN_LINE_CHARS));
-    if total.is_none_or(|t| end < t) {
+    shown.push_str(&before[start..]);
+    shown.push_str(&after[..end]);
+    if end < after.len() {
         shown.push('…');
     }
-    let column = caret - start + 1 + usize::from(start > 0);
-    (shown, column, width.min(end.saturating_sub(caret)).max(1))
+    (shown, keep_before + 1 + usize::from(cut_start), width.min(keep_after).max(1))
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
@@ -278,6 +280,9 @@ mod tests {
         // a short line is shown whole
         let d = Diagnostic::at_offset("t", "a: 1\n", 3, 1, "m".into());
         assert_eq!(shown(&d), ("a: 1".to_string(), "   ^".to_string()));
+        // a caret at the end of a CRLF line
+        let d = Diagnostic::at_offset("t", "a: 1\r\nb", 5, 1, "m".into());
+        assert_eq!((d.line, d.column, shown(&d)), (1, 6, ("a: 1".to_string(), "    ^".to_string())));
     }
 
     #[test]
