@@ -6,12 +6,12 @@
 
 use std::fmt;
 
-/// Source lines up to this many characters are shown whole; longer ones are cut to this many
-/// characters around the caret.
-const SHOWN_LINE_CHARS: usize = 120;
+/// Source lines up to this many characters are shown whole (a condition line of a table is often
+/// 150 or 200); longer ones are cut to this many characters around the caret.
+const SHOWN_LINE_CHARS: usize = 240;
 
 /// Characters kept before the caret when a long line is cut: enough to see the key of a value.
-const CONTEXT_BEFORE_CARET: usize = 40;
+const CONTEXT_BEFORE_CARET: usize = 80;
 
 /// Values echoed inside a message (`cannot be `…``) are cut to this many characters.
 pub const QUOTED_CHARS: usize = 80;
@@ -60,8 +60,8 @@ pub struct Diagnostic {
     pub severity: Severity,
     /// what is wrong and how to fix it
     pub message: String,
-    /// the text of the line, for the caret display: a line longer than 120 characters is cut to
-    /// 120 characters around the caret, with `…` where it was cut
+    /// the text of the line, for the caret display: a line longer than 240 characters is cut to
+    /// 240 characters around the caret, with `…` where it was cut
     pub source_line: Option<String>,
     /// 1-based column of the caret in `source_line` (not `column` when the line was cut)
     pub source_column: usize,
