@@ -1257,8 +1257,9 @@ fn later_unknown_keys<'t>(
     }
     let entries = node.and_then(serde_yaml::Value::as_mapping).into_iter().flat_map(|m| m.keys());
     let mut keys = entries.map(|k| k.as_str());
-    // Keys that are not text (`1: x`) stop the sweep: serde reports them its own way.
+    // past `key` itself (serde reported it)
     let _ = keys.by_ref().take_while(|k| *k != Some(key)).count();
+    // a key that is not text (`1: x`) stops the sweep: serde reports it its own way
     keys.map_while(|k| k).filter(move |k| !known.iter().any(|x| x == k))
 }
 

@@ -354,7 +354,7 @@ fn a_token_file_that_is_not_a_regular_file_is_refused() {
     // /dev/zero never ends and a FIFO blocks whoever opens it until someone writes: both refused
     let (dir, path) = write(b"server:\n  token_file: /dev/zero\nadmin:\n  token_file: ./fifo\n");
     mkfifo(&dir.path().join("fifo"));
-    let d = load_err(&path, &no_env());
+    let d = within(SECONDS(5), move || load_err(&path, &no_env()));
     assert_eq!(d.len(), 2, "{d:?}");
     assert_eq!((d[0].line, d[0].column), (2, 15), "{}", d[0]);
     assert!(d[0].message.contains("it is a character device, not a regular file"), "{}", d[0]);
