@@ -15,7 +15,7 @@ use figment::{Figment, Metadata, Profile, Provider};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{quote, Diagnostic};
 use crate::suggest::did_you_mean;
 
 /// Where `clef serve` looks for its configuration when no `-c` is given, in this order.
@@ -77,6 +77,8 @@ pub struct Server {
     pub idle_timeout_ms: u64,
     /// time allowed to read a request once started
     pub read_timeout_ms: u64,
+    /// a connection whose answer makes no progress this long is closed
+    pub write_timeout_ms: u64,
     /// most request headers (431 beyond)
     pub max_headers: usize,
     /// most bytes of request headers (431 beyond)
@@ -208,6 +210,7 @@ impl Default for Server {
             max_connections: 4096,
             idle_timeout_ms: 60_000,
             read_timeout_ms: 5000,
+            write_timeout_ms: 5000,
             max_headers: 64,
             max_header_bytes: 16384,
             token_file: None,
@@ -338,15 +341,50 @@ pub fn load_with_env(
             }
         },
     };
-    let shown = path.display().to_string();
-    let raw = read_config_text(&path)?;
-    let mut file_config = validate_text(&shown, &raw)?;
-    file_config.apply_aliases();
+    let mut layered = layer(&path, overrides, env)?;
+    let (errors, warnings) = review(&mut layered, &Machine::current());
+    resolve(layered, errors, warnings, env)
+}
 
-    // Layering: defaults, the file, the environment (figment); then the flags.
+/// Every problem of a config file, for `clef check`: syntax, unknown keys (with "did you mean"),
+/// wrong types, Windows paths, values that cannot work on this machine (the same checks as
+/// `clef serve`), a `tables_dir` that cannot be read. Problems are errors; risky settings and keys
+/// this version accepts but ignores (`router:` …) come as
+/// [`Severity::Warning`](crate::diagnostic::Severity::Warning) diagnostics. Token files need not
+/// exist yet. No errors means the file is valid.
+pub fn check_file(path: &Path) -> Vec<Diagnostic> {
+    let mut layered = match layer(path, &Overrides::default(), &[]) {
+        Ok(l) => l,
+        Err(d) => return d,
+    };
+    let (mut errors, warnings) = review(&mut layered, &Machine::current());
+    errors.extend(warnings);
+    errors
+}
+
+/// A configuration read from its file and layered, with what it takes to say where a value came
+/// from.
+struct Layered {
+    config: Config,
+    path: PathBuf,
+    shown: String,
+    /// the file text, without its BOM
+    text: String,
+    /// the `CLEF_…` variables that set values, as (dotted key, variable name)
+    env_keys: Vec<(String, String)>,
+}
+
+/// Reads the file and layers it: defaults, the file, the environment (figment); then the flags.
+fn layer(path: &Path, overrides: &Overrides, env: &[(String, String)]) -> Result<Layered, Vec<Diagnostic>> {
+    let shown = path.display().to_string();
+    let text = read_config_text(path)?;
+    let mut file_config = validate_text(&shown, &text)?;
+    file_config.apply_aliases();
     let mut figment = Figment::from(Serialized::defaults(Config::default())).merge(Serialized::defaults(file_config));
     let mut diags = Vec::new();
+    let mut env_keys = Vec::new();
     for var in env_layers(env, &mut diags) {
+        env_keys.push((var.key.clone(), var.name.clone()));
         figment = figment.merge(var);
     }
     if !diags.is_empty() {
@@ -360,54 +398,62 @@ pub fn load_with_env(
     if let Some(host) = &overrides.host {
         config.server.host = host.clone();
     }
-    resolve(config, path, &raw, env)
+    Ok(Layered { config, path: path.to_path_buf(), shown, text, env_keys })
 }
 
-/// Every problem of a config file, for `clef check`: syntax, unknown keys (with "did you mean"),
-/// wrong types, Windows paths, a `tables_dir` that does not exist. Problems are errors; keys this
-/// version accepts but ignores (`router:` …) come as [`Severity::Warning`](crate::diagnostic::Severity::Warning) diagnostics. Files the
-/// config refers to need not exist (except `tables_dir`). No errors means the file is valid.
-pub fn check_file(path: &Path) -> Vec<Diagnostic> {
-    let shown = path.display().to_string();
-    let raw = match read_config_text(path) {
-        Ok(t) => t,
-        Err(d) => return d,
-    };
-    let text = raw;
-    let mut config = match validate_text(&shown, &text) {
-        Ok(c) => c,
-        Err(d) => return d,
-    };
-    config.apply_aliases();
-    let mut diags = Vec::new();
-    let base_dir = base_dir_of(path);
-    let explicit_dir = config.model.tables_dir.is_some() && locate(&text, &["model", "tables_dir"]).is_some();
-    let dir = config.model.tables_dir.clone().unwrap_or_else(|| PathBuf::from("./tables"));
-    let dir = resolve_path(&base_dir, &dir);
-    if !dir.is_dir() && (explicit_dir || config.model.decision_table_path.is_none()) {
-        let message = format!("tables_dir `{}` does not exist (or is not a folder)", dir.display());
-        diags.push(match locate(&text, &["model", "tables_dir"]) {
-            Some((at, width)) => Diagnostic::at_offset(&shown, &text, at, width, message),
-            None => Diagnostic::whole_file(&shown, message),
-        });
+impl Layered {
+    /// The variable that set `key` (dotted), or a section holding it.
+    fn env_var(&self, key: &str) -> Option<&str> {
+        let sets = |k: &str| key == k || key.strip_prefix(k).is_some_and(|rest| rest.starts_with('.'));
+        self.env_keys.iter().rev().find(|(k, _)| sets(k)).map(|(_, var)| var.as_str())
     }
-    for w in config.warnings() {
-        let key = w.split('`').nth(1).unwrap_or("");
-        let keys: Vec<&str> = key.split('.').collect();
-        let d = match locate_key(&text, &keys) {
-            Some(at) => Diagnostic::at_offset(&shown, &text, at, keys.last().map_or(1, |k| k.len()), w),
-            None => Diagnostic::whole_file(&shown, w),
-        };
-        diags.push(d.warning());
+
+    /// A diagnostic about the value of `keys`: at the value in the file, or naming the
+    /// environment variable that set it.
+    fn at_value(&self, keys: &[&str], message: String) -> Diagnostic {
+        if let Some(var) = self.env_var(&keys.join(".")) {
+            return Diagnostic::whole_file(var, format!("environment variable {var}: {message}"));
+        }
+        match locate(&self.text, keys) {
+            Some((at, width)) => Diagnostic::at_offset(&self.shown, &self.text, at, width, message),
+            None => Diagnostic::whole_file(&self.shown, message),
+        }
     }
-    diags
+
+    /// Whether `keys` was written in the file or set by a variable, rather than left to its default.
+    fn given(&self, keys: &[&str]) -> bool {
+        self.env_var(&keys.join(".")).is_some() || locate_key(&self.text, keys).is_some()
+    }
 }
 
-fn read_config_text(path: &Path) -> Result<String, Vec<Diagnostic>> {
+/// The largest configuration file read. A configuration is a few KB: the cap keeps a wrong `-c`
+/// (a log, a disk image) from costing memory and time.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Only the first 4 KiB of a token file count, so a token file pointing at a large file cannot
+/// exhaust memory.
+const MAX_TOKEN_BYTES: u64 = 4096;
+
+/// The text of a configuration file, without its BOM: a regular file of at most
+/// [`MAX_CONFIG_BYTES`] in UTF-8, or a diagnostic saying why not.
+pub(crate) fn read_config_text(path: &Path) -> Result<String, Vec<Diagnostic>> {
+    use std::io::Read;
     let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| {
+    let cannot = |e: std::io::Error| {
         vec![Diagnostic::whole_file(&shown, format!("cannot read the configuration file: {}", io_reason(&e)))]
-    })?;
+    };
+    let mut bytes = Vec::new();
+    open_regular(path).and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)).map_err(cannot)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(vec![Diagnostic::whole_file(
+            &shown,
+            format!(
+                "the configuration file is larger than {} ({MAX_CONFIG_BYTES} bytes), the most clef reads; \
+                 a configuration is a few KB: is this the right file?",
+                size(MAX_CONFIG_BYTES)
+            ),
+        )]);
+    }
     let text = String::from_utf8(bytes).map_err(|e| {
         let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
         let good = String::from_utf8_lossy(good).into_owned();
@@ -419,7 +465,41 @@ fn read_config_text(path: &Path) -> Result<String, Vec<Diagnostic>> {
             "the file is not UTF-8 text; save it as UTF-8".to_string(),
         )]
     })?;
-    Ok(text.strip_prefix('\u{feff}').unwrap_or(&text).to_string())
+    Ok(match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_string(),
+        None => text,
+    })
+}
+
+/// Opens `path` for reading if it is a regular file (through symbolic links). The type is checked
+/// before opening, because opening a FIFO blocks until someone writes to it and a device such as
+/// `/dev/zero` never ends; and again on the open file, opened non-blocking, in case the path was
+/// swapped in between.
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let regular = |meta: std::fs::Metadata| {
+        let t = meta.file_type();
+        let what = if t.is_file() {
+            return Ok(());
+        } else if t.is_dir() {
+            "a folder"
+        } else if t.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("it is {what}, not a regular file")))
+    };
+    regular(std::fs::metadata(path)?)?;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path)?;
+    regular(file.metadata()?)?;
+    Ok(file)
 }
 
 fn io_reason(e: &std::io::Error) -> String {
@@ -463,8 +543,16 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-fn resolve(mut config: Config, path: PathBuf, text: &str, env: &[(String, String)]) -> Result<Loaded, Vec<Diagnostic>> {
-    let shown = path.display().to_string();
+/// Resolves the paths of a reviewed configuration and reads its token files: the configuration
+/// `clef serve` runs with, or every error found.
+fn resolve(
+    layered: Layered,
+    mut errors: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
+    env: &[(String, String)],
+) -> Result<Loaded, Vec<Diagnostic>> {
+    let mut config = layered.config.clone();
+    let path = layered.path.clone();
     let base_dir = base_dir_of(&path);
     let tables_dir =
         resolve_path(&base_dir, config.model.tables_dir.as_deref().unwrap_or_else(|| Path::new("./tables")));
@@ -479,7 +567,6 @@ fn resolve(mut config: Config, path: PathBuf, text: &str, env: &[(String, String
             None => base_dir.join("state"),
         },
     };
-    let mut diags = Vec::new();
     let mut token = |keys: [&str; 2], file: &mut Option<PathBuf>| -> Option<String> {
         let p = resolve_path(&base_dir, file.as_deref()?);
         *file = Some(p.clone());
@@ -490,21 +577,15 @@ fn resolve(mut config: Config, path: PathBuf, text: &str, env: &[(String, String
                 format!("cannot read the token file `{}` ({}.{}): {}", p.display(), keys[0], keys[1], io_reason(&e))
             }
         };
-        diags.push(match locate(text, &keys) {
-            Some((at, width)) => Diagnostic::at_offset(&shown, text, at, width, problem),
-            None => Diagnostic::whole_file(&shown, problem),
-        });
+        errors.push(layered.at_value(&keys, problem));
         None
     };
     let server_token = token(["server", "token_file"], &mut config.server.token_file);
     let admin_token = token(["admin", "token_file"], &mut config.admin.token_file);
-    if !diags.is_empty() {
-        return Err(diags);
+    if !errors.is_empty() {
+        return Err(errors);
     }
-    let mut warnings = config.warnings();
-    if !tables_dir.is_dir() && decision_table_path.is_none() {
-        warnings.push(format!("tables_dir `{}` does not exist: no tables to serve", tables_dir.display()));
-    }
+    let warnings = warnings.into_iter().map(|d| d.message).collect();
     config.model.tables_dir = Some(tables_dir.clone());
     config.model.decision_table_path = decision_table_path.clone();
     config.state_dir = Some(state_dir.clone());
@@ -520,6 +601,362 @@ fn resolve(mut config: Config, path: PathBuf, text: &str, env: &[(String, String
         state_dir,
         warnings,
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values that cannot work (SPEC §5): one review for `clef serve` and `clef check`
+
+/// The most worker threads. may runs one per core, pinned, and each runs any number of
+/// coroutines: threads beyond the cores only add switching, and each holds open files.
+pub const MAX_WORKERS: usize = 1024;
+
+/// Open files each may worker holds: its epoll instance and the eventfd that wakes it (read in
+/// may's source, and measured: `/proc/self/fd` grows by exactly 2 per worker once
+/// `may::config().set_workers(n)` has run a first coroutine).
+pub const FDS_PER_WORKER: u64 = 2;
+
+/// Open files kept for what is neither a connection nor a worker: stdio, the two listeners, table
+/// files being read, the watcher's reads.
+pub const FDS_RESERVED: u64 = 64;
+
+/// The longest timeout: a day. Longer is a typo (a zero too many) that would switch the protection
+/// off without a word, and may adds a timeout to a u64 nanosecond clock, which wraps around for
+/// the largest values and then times out at once.
+pub const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The most request headers: each request gets an array of this many header slots, so 100,000,000
+/// made one GET take 10 s and 3.1 GB.
+pub const MAX_HEADERS: usize = 1024;
+
+/// The most bytes of request headers: they are buffered per connection.
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
+
+/// The largest request body: a body is held in memory whole while it is decided.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// `max_body_bytes` may be at most this fraction (1/N) of the memory clef may use: every
+/// connection may be reading a body at once.
+pub const BODY_MEMORY_SHARE: u64 = 16;
+
+/// What this machine allows: the ceilings some values are checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// the hard limit of open files (RLIMIT_NOFILE); `clef serve` raises its soft limit up to it
+    pub open_files: u64,
+    /// bytes of memory clef may use: MemTotal, or the cgroup's `memory.max` when lower
+    pub memory: u64,
+    /// CPU cores: the worker threads of `workers: 0`
+    pub cores: usize,
+}
+
+impl Machine {
+    /// This machine, as the process sees it.
+    pub fn current() -> Machine {
+        use nix::sys::resource::{getrlimit, Resource};
+        Machine {
+            open_files: getrlimit(Resource::RLIMIT_NOFILE).map_or(u64::MAX, |(_, hard)| hard),
+            memory: memory_available(),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// Bytes of memory this process may use: MemTotal, or its cgroup's `memory.max` when that is
+/// lower (systemd's `MemoryMax=`, a container's limit); `u64::MAX` when neither can be read.
+fn memory_available() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let kib = m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().strip_suffix("kB")?.trim();
+        kib.parse::<u64>().ok().map(|k| k.saturating_mul(1024))
+    });
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|c| {
+        let group = c.lines().find_map(|l| l.strip_prefix("0::"))?.trim_end_matches('/').to_string();
+        // "max" when there is no limit: no number, no cap
+        std::fs::read_to_string(format!("/sys/fs/cgroup{group}/memory.max")).ok()?.trim().parse::<u64>().ok()
+    });
+    total.unwrap_or(u64::MAX).min(cgroup.unwrap_or(u64::MAX))
+}
+
+impl Server {
+    /// The worker threads `clef serve` runs: `workers`, or one per core for 0.
+    pub fn worker_threads(&self, cores: usize) -> usize {
+        if self.workers == 0 {
+            cores.max(1)
+        } else {
+            self.workers
+        }
+    }
+
+    /// The open files `clef serve` needs at most: one per connection, [`FDS_PER_WORKER`] per
+    /// worker and [`FDS_RESERVED`]. The soft limit should be raised to this.
+    pub fn open_files_needed(&self, cores: usize) -> u64 {
+        self.max_connections as u64 + self.worker_threads(cores) as u64 * FDS_PER_WORKER + FDS_RESERVED
+    }
+}
+
+/// `bytes` for people: `64 MiB`, `95.4 MiB`, `512 KiB`, `100 bytes`.
+fn size(bytes: u64) -> String {
+    let (value, unit) = match bytes {
+        b if b >= 1 << 30 => (b as f64 / (1u64 << 30) as f64, "GiB"),
+        b if b >= 1 << 20 => (b as f64 / (1u64 << 20) as f64, "MiB"),
+        b if b >= 1 << 10 => (b as f64 / 1024.0, "KiB"),
+        b => return format!("{b} bytes"),
+    };
+    let text = format!("{value:.1}");
+    format!("{} {unit}", text.strip_suffix(".0").unwrap_or(&text))
+}
+
+/// Checks the values of a layered configuration against what can work on `machine`: errors, and
+/// warnings for settings that work but are risky. A default that does not fit this machine
+/// (`max_connections` beyond the open files limit) is lowered to what fits, with a warning;
+/// the same value written in the file or the environment is an error.
+fn review(l: &mut Layered, machine: &Machine) -> (Vec<Diagnostic>, Vec<Diagnostic>) {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let defaults = Server::default();
+    let s = &l.config.server;
+
+    let timeouts = [
+        ("read_timeout_ms", s.read_timeout_ms, defaults.read_timeout_ms, "every request would be answered 408 at once"),
+        (
+            "idle_timeout_ms",
+            s.idle_timeout_ms,
+            defaults.idle_timeout_ms,
+            "every connection would time out (408) before its first request",
+        ),
+        ("write_timeout_ms", s.write_timeout_ms, defaults.write_timeout_ms, "no answer could ever be sent"),
+    ];
+    for (key, value, default, zero) in timeouts {
+        let keys = ["server", key];
+        if value == 0 {
+            errors.push(l.at_value(&keys, format!("`server.{key}` is 0: {zero}; the default is {default}")));
+        } else if value > MAX_TIMEOUT_MS {
+            errors.push(l.at_value(
+                &keys,
+                format!(
+                    "`server.{key}` is {value} ms, more than a day ({MAX_TIMEOUT_MS}); a timeout that long \
+                     protects nothing: is a zero too many? The default is {default}"
+                ),
+            ));
+        }
+    }
+
+    let workers = s.worker_threads(machine.cores) as u64;
+    let for_workers = workers * FDS_PER_WORKER + FDS_RESERVED;
+    let limit_hint = "raise the open files limit (LimitNOFILE= in the systemd unit, `ulimit -Hn`)";
+    let workers_fit = if s.workers > MAX_WORKERS {
+        errors.push(l.at_value(
+            &["server", "workers"],
+            format!(
+                "`server.workers` is {}, more than {MAX_WORKERS} worker threads; each runs any number of \
+                 connections and threads beyond the cores only add switching: write 0 (one per core, {} here)",
+                s.workers, machine.cores
+            ),
+        ));
+        false
+    } else if for_workers >= machine.open_files {
+        let what = if s.workers == 0 { format!("0 (one per core: {workers} here)") } else { workers.to_string() };
+        errors.push(l.at_value(
+            &["server", "workers"],
+            format!(
+                "`server.workers` is {what}: {workers} workers hold {} open files and clef {FDS_RESERVED} more, \
+                 but the open files limit here is {}, with no room left for connections; write fewer workers \
+                 or {limit_hint}",
+                workers * FDS_PER_WORKER,
+                machine.open_files
+            ),
+        ));
+        false
+    } else {
+        true
+    };
+
+    let room = machine.open_files.saturating_sub(for_workers);
+    let connections = ["server", "max_connections"];
+    if s.max_connections == 0 {
+        errors.push(l.at_value(
+            &connections,
+            format!(
+                "`server.max_connections` is 0: no connection would ever be accepted; the default is {}",
+                defaults.max_connections
+            ),
+        ));
+    } else if workers_fit && s.max_connections as u64 > room {
+        let given = s.max_connections as u64;
+        if l.given(&connections) {
+            errors.push(l.at_value(
+                &connections,
+                format!(
+                    "`server.max_connections` is {given}, but each connection is an open file and the open files \
+                     limit here is {}: with {workers} workers at most {room} connections fit; write at most {room} \
+                     or {limit_hint}",
+                    machine.open_files
+                ),
+            ));
+        } else {
+            l.config.server.max_connections = room as usize;
+            warnings.push(
+                Diagnostic::whole_file(
+                    &l.shown,
+                    format!(
+                        "the open files limit here is {}: `server.max_connections` is lowered from its default \
+                         {given} to {room}; to accept more, {limit_hint}",
+                        machine.open_files
+                    ),
+                )
+                .warning(),
+            );
+        }
+    }
+    let s = &l.config.server;
+
+    let headers = ["server", "max_headers"];
+    if s.max_headers == 0 {
+        errors.push(l.at_value(
+            &headers,
+            "`server.max_headers` is 0: every request has headers, so every request would be answered 431".into(),
+        ));
+    } else if s.max_headers > MAX_HEADERS {
+        errors.push(l.at_value(
+            &headers,
+            format!(
+                "`server.max_headers` is {}, more than {MAX_HEADERS}: every request gets room for that many headers, \
+                 which costs memory and time on each one; the default is {}",
+                s.max_headers, defaults.max_headers
+            ),
+        ));
+    }
+    let header_bytes = ["server", "max_header_bytes"];
+    if s.max_header_bytes == 0 {
+        errors.push(
+            l.at_value(&header_bytes, "`server.max_header_bytes` is 0: every request would be answered 431".into()),
+        );
+    } else if s.max_header_bytes > MAX_HEADER_BYTES {
+        errors.push(l.at_value(
+            &header_bytes,
+            format!(
+                "`server.max_header_bytes` is {} ({}), more than {} ({MAX_HEADER_BYTES}): headers are held in memory \
+                 for each connection; the default is {}",
+                s.max_header_bytes,
+                size(s.max_header_bytes as u64),
+                size(MAX_HEADER_BYTES as u64),
+                defaults.max_header_bytes
+            ),
+        ));
+    }
+
+    let body = ["server", "max_body_bytes"];
+    let share = machine.memory / BODY_MEMORY_SHARE;
+    let held = "a body is held in memory whole while it is decided, and every connection may be sending one";
+    if s.max_body_bytes == 0 {
+        errors.push(
+            l.at_value(&body, "`server.max_body_bytes` is 0: every decision request would be answered 413".into()),
+        );
+    } else if s.max_body_bytes > MAX_BODY_BYTES {
+        errors.push(l.at_value(
+            &body,
+            format!(
+                "`server.max_body_bytes` is {} ({}), more than {} ({MAX_BODY_BYTES}), the most clef accepts: {held}",
+                s.max_body_bytes,
+                size(s.max_body_bytes as u64),
+                size(MAX_BODY_BYTES as u64)
+            ),
+        ));
+    } else if s.max_body_bytes as u64 > share {
+        errors.push(l.at_value(
+            &body,
+            format!(
+                "`server.max_body_bytes` is {} ({}), more than 1/{BODY_MEMORY_SHARE} of the memory clef may use \
+                 here ({} of {}; MemTotal, or the cgroup's memory.max): {held}",
+                s.max_body_bytes,
+                size(s.max_body_bytes as u64),
+                size(share),
+                size(machine.memory)
+            ),
+        ));
+    }
+
+    let admin = &l.config.admin;
+    match listen_is_loopback(&admin.listen) {
+        None => errors.push(l.at_value(
+            &["admin", "listen"],
+            format!(
+                "`admin.listen` is `{}`, which is not host:port; write an address and a port like \
+                 127.0.0.1:9901 or [::1]:9901, or \"\" for no admin listener",
+                quote(&admin.listen)
+            ),
+        )),
+        Some(false) if admin.token_file.is_none() => warnings.push(
+            l.at_value(
+                &["admin", "listen"],
+                format!(
+                    "SECURITY: `admin.listen` is {}, which is not a loopback address, and `admin.token_file` is \
+                     not set: anyone who can reach that address can reload tables and roll them back. Set \
+                     `admin.token_file` to a file holding a token, or listen on 127.0.0.1",
+                    quote(&admin.listen)
+                ),
+            )
+            .warning(),
+        ),
+        Some(_) => {}
+    }
+
+    let model = &l.config.model;
+    let tables_key = ["model", "tables_dir"];
+    let given = l.given(&tables_key);
+    // The seed's form (only `decision_table_path`) needs no folder: the default one may be absent.
+    if given || model.decision_table_path.is_none() {
+        let dir =
+            resolve_path(&base_dir_of(&l.path), model.tables_dir.as_deref().unwrap_or_else(|| Path::new("./tables")));
+        let problem = match std::fs::metadata(&dir) {
+            Ok(m) if !m.is_dir() => Some("is not a folder".to_string()),
+            Ok(_) => std::fs::read_dir(&dir).err().map(|e| format!("cannot be read: {}", io_reason(&e))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist".to_string()),
+            Err(e) => Some(format!("cannot be read: {}", io_reason(&e))),
+        };
+        if let Some(problem) = problem {
+            let default = if given { "" } else { " (the default: `tables` next to the config file)" };
+            errors.push(l.at_value(
+                &tables_key,
+                format!(
+                    "tables_dir `{}`{default} {problem}: there would be no tables to serve; \
+                     create it, or set `model.tables_dir` to the folder of your tables",
+                    dir.display()
+                ),
+            ));
+        }
+    }
+
+    for w in l.config.warnings() {
+        let key = w.split('`').nth(1).unwrap_or("");
+        let keys: Vec<&str> = key.split('.').collect();
+        let d = match locate_key(&l.text, &keys) {
+            Some(at) => Diagnostic::at_offset(&l.shown, &l.text, at, keys.last().map_or(1, |k| k.len()), w),
+            None => Diagnostic::whole_file(&l.shown, w),
+        };
+        warnings.push(d.warning());
+    }
+    // in the order of the file; those naming a variable after
+    errors.sort_by_key(|d| (d.path != l.shown, d.line, d.column));
+    (errors, warnings)
+}
+
+/// Whether `listen` (host:port) is on a loopback address (127.0.0.0/8, ::1, localhost); `None`
+/// when it is not host:port. Empty (no admin listener) counts as loopback.
+fn listen_is_loopback(listen: &str) -> Option<bool> {
+    use std::net::{IpAddr, SocketAddr};
+    if listen.is_empty() {
+        return Some(true);
+    }
+    if let Ok(addr) = listen.parse::<SocketAddr>() {
+        return Some(match addr.ip() {
+            IpAddr::V4(ip) => ip.is_loopback(),
+            IpAddr::V6(ip) => ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        });
+    }
+    let (host, port) = listen.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    let label = |l: &str| !l.is_empty() && l.len() <= 63 && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-');
+    (host.len() <= 253 && host.split('.').all(label)).then(|| host.eq_ignore_ascii_case("localhost"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -589,7 +1026,8 @@ fn windows_path_problem(s: &str) -> Option<String> {
     if !drive && !unc {
         return None;
     }
-    let last = s.rsplit(['\\', '/']).find(|c| !c.is_empty() && !c.ends_with(':')).unwrap_or("tables");
+    let last = quote(s.rsplit(['\\', '/']).find(|c| !c.is_empty() && !c.ends_with(':')).unwrap_or("tables"));
+    let s = quote(s);
     Some(format!(
         "`{s}` is a Windows path, which does not exist on this Linux box; write a path relative to the folder \
          of this config file (like `./{last}`) or a Linux absolute path (like `/etc/clef/{last}`)"
@@ -725,34 +1163,120 @@ fn has_unknown_escape(content: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // Validation of the file text with positions
 
-/// Reads the file text into a [`Config`], reporting every problem with its position. The text is
-/// parsed after [`prepare`], which keeps every position, so diagnostics show the text as written.
+/// At most this many errors are reported for one file: more would bury the first ones, and
+/// each one found costs a parse of the file.
+const MAX_ERRORS: usize = 10;
+
+/// Reads the file text into a [`Config`], reporting its problems (up to [`MAX_ERRORS`]) with their
+/// positions. The text is parsed after [`prepare`], which keeps every position, so diagnostics
+/// show the text as written.
+///
+/// serde stops at the first problem; to find the next one, the offending entry is blanked (same
+/// length, so positions stay right) and the text parsed again. The other unknown keys of a mapping
+/// are all found at the first one, from the parsed tree, so that a file of many unknown keys
+/// costs two parses rather than one per key.
 fn validate_text(shown: &str, text: &str) -> Result<Config, Vec<Diagnostic>> {
-    let prepared = prepare(text);
-    if let Err(e) = serde_yaml::from_str::<serde_yaml::Value>(&prepared) {
-        return Err(vec![syntax_diagnostic(shown, text, &e)]);
+    if let Some(at) = too_deep(text) {
+        let message = format!(
+            "lists and mappings are nested more than {MAX_FLOW_DEPTH} levels deep here; a configuration needs a few"
+        );
+        return Err(vec![Diagnostic::at_offset(shown, text, at, 1, message)]);
     }
+    let prepared = prepare(text);
+    let tree = match serde_yaml::from_str::<serde_yaml::Value>(&prepared) {
+        Ok(tree) => tree,
+        Err(e) => return Err(vec![syntax_diagnostic(shown, text, &e)]),
+    };
     let mut work = prepared;
     let mut diags: Vec<Diagnostic> = Vec::new();
-    for _ in 0..100 {
+    let mut more = false;
+    'parse: loop {
         let err = match serde_yaml::from_str::<Config>(&work) {
             Ok(config) if diags.is_empty() => return Ok(config),
             Ok(_) => break,
             Err(e) => e,
         };
+        if diags.len() == MAX_ERRORS {
+            more = true;
+            break;
+        }
         let problem = describe(&work, &err);
+        // A message of no known shape may be a syntax error that blanking an entry made: not the
+        // user's problem, so it is reported only if the text still parses.
+        if !problem.known_shape && !diags.is_empty() && serde_yaml::from_str::<serde_yaml::Value>(&work).is_err() {
+            break;
+        }
         let d = Diagnostic::at_offset(shown, text, problem.at, problem.width, problem.message);
         if diags.iter().any(|x| x.line == d.line && x.column == d.column && x.message == d.message) {
             break;
         }
         diags.push(d);
-        // blank the offending entry (same length, so positions stay right) and look for more
-        match problem.entry_start.and_then(|s| blank_entry(&work, s)) {
-            Some(next) if serde_yaml::from_str::<serde_yaml::Value>(&next).is_ok() => work = next,
-            _ => break,
+        let Some(mut next) = problem.entry_start.and_then(|s| blank_entry(&work, s)) else { break };
+        if let Some((path, key, known)) = &problem.unknown {
+            let mut from = problem.at + key.len();
+            for later in later_unknown_keys(&tree, path, key, known) {
+                let Some(at) = find_key(&next, later, from, path.is_empty()) else { break };
+                if diags.len() == MAX_ERRORS {
+                    more = true;
+                    break 'parse;
+                }
+                let message = unknown_key_message(later, path, known);
+                diags.push(Diagnostic::at_offset(shown, text, at, later.len(), message));
+                match blank_entry(&next, at) {
+                    Some(blanked) => next = blanked,
+                    None => break 'parse,
+                }
+                from = at + later.len();
+            }
         }
+        work = next;
+    }
+    diags.sort_by_key(|d| (d.line, d.column));
+    if more {
+        diags.push(Diagnostic::whole_file(
+            shown,
+            format!("stopping after {MAX_ERRORS} errors; fix these and check again for more"),
+        ));
     }
     Err(diags)
+}
+
+/// The keys after `key` in the mapping at `path` (dotted; empty for the top level) of `tree`
+/// that are not among `known`, in the order written.
+fn later_unknown_keys<'t>(
+    tree: &'t serde_yaml::Value,
+    path: &str,
+    key: &str,
+    known: &'t [String],
+) -> impl Iterator<Item = &'t str> + 't {
+    let mut node = Some(tree);
+    if !path.is_empty() {
+        for part in path.split('.') {
+            node = node.and_then(|n| n.get(part));
+        }
+    }
+    let entries = node.and_then(serde_yaml::Value::as_mapping).into_iter().flat_map(|m| m.keys());
+    let mut keys = entries.map(|k| k.as_str());
+    // past `key` itself (serde reported it)
+    let _ = keys.by_ref().take_while(|k| *k != Some(key)).count();
+    // a key that is not text (`1: x`) stops the sweep: serde reports it its own way
+    keys.map_while(|k| k).filter(move |k| !known.iter().any(|x| x == k))
+}
+
+fn unknown_key_message(key: &str, path: &str, known: &[String]) -> String {
+    let place = if path.is_empty() { "at the top level".to_string() } else { format!("in `{path}`") };
+    let key = quote(key);
+    match suggestion(&key, known.iter().map(String::as_str)) {
+        Some(s) => format!("unknown key `{key}` {place}, did you mean `{s}`?"),
+        None if known.is_empty() => format!("unknown key `{key}` {place}"),
+        None => format!("unknown key `{key}` {place}; the known keys are {}", known.join(", ")),
+    }
+}
+
+/// [`did_you_mean`] for words short enough to be a misspelt name: the similarity of a long pasted
+/// value to each name would cost time for nothing.
+fn suggestion<'c>(word: &str, candidates: impl IntoIterator<Item = &'c str>) -> Option<&'c str> {
+    (word.chars().count() <= 40).then(|| did_you_mean(word, candidates)).flatten()
 }
 
 fn syntax_diagnostic(shown: &str, text: &str, e: &serde_yaml::Error) -> Diagnostic {
@@ -768,18 +1292,13 @@ fn syntax_diagnostic(shown: &str, text: &str, e: &serde_yaml::Error) -> Diagnost
             let path = path.trim_end_matches(": ");
             let column = at - line_start(text, at);
             // serde_yaml points at the first one: show the second
-            let next_char = |i: usize| i + text[i..].chars().next().map_or(1, char::len_utf8);
-            let mut from = next_char(at);
-            while let Some(p) = find_key(text, key, from, false) {
-                if p - line_start(text, p) == column {
-                    at = p;
-                    break;
-                }
-                from = next_char(p);
+            let next = at + text[at..].chars().next().map_or(1, char::len_utf8);
+            if let Some((p, _)) = key_positions(text, key, next, false).find(|&(p, line)| p - line == column) {
+                at = p;
             }
             width = key.len();
             let place = if path.is_empty() { "at the top level".to_string() } else { format!("in `{path}`") };
-            format!("`{key}` is given twice {place}; keep one")
+            format!("`{}` is given twice {place}; keep one", quote(key))
         }
         None => format!("this is not valid YAML: {msg}"),
     };
@@ -792,6 +1311,10 @@ struct Problem {
     message: String,
     /// where the offending `key: value` entry starts in the text, when it can be blanked
     entry_start: Option<usize>,
+    /// for an unknown key: the path of its mapping, the key and the known keys there
+    unknown: Option<(String, String, Vec<String>)>,
+    /// whether the message is one serde gives for a value (not a syntax error)
+    known_shape: bool,
 }
 
 /// Turns a serde_yaml error into a message that names the key and how to fix it.
@@ -813,13 +1336,9 @@ fn describe(work: &str, e: &serde_yaml::Error) -> Problem {
                 at = p;
             }
         }
-        let place = if path.is_empty() { "at the top level".to_string() } else { format!("in `{path}`") };
-        let message = match did_you_mean(key, known.iter().map(String::as_str)) {
-            Some(s) => format!("unknown key `{key}` {place}, did you mean `{s}`?"),
-            None if known.is_empty() => format!("unknown key `{key}` {place}"),
-            None => format!("unknown key `{key}` {place}; the known keys are {}", known.join(", ")),
-        };
-        return Problem { at, width: key.len(), message, entry_start: Some(at) };
+        let message = unknown_key_message(key, &path, &known);
+        let unknown = Some((path, key.to_string(), known));
+        return Problem { at, width: key.len(), message, entry_start: Some(at), unknown, known_shape: true };
     }
     let mut path = path;
     let mut entry_start = key_start_before(work, at);
@@ -832,28 +1351,31 @@ fn describe(work: &str, e: &serde_yaml::Error) -> Problem {
         at = value_after_key(work, at + k.len()).unwrap_or(at);
     }
     let width = token_width(work, at);
-    let key = if path.is_empty() { "the file".to_string() } else { format!("`{path}`") };
+    let key = if path.is_empty() { "the file".to_string() } else { format!("`{}`", quote(&path)) };
+    let mut known_shape = true;
     let message = if let Some(rest) = msg.strip_prefix("unknown variant `") {
         let value = rest.split('`').next().unwrap_or("");
         let known = backticked(rest.split_once("expected").map(|x| x.1).unwrap_or(""));
-        match did_you_mean(value, known.iter().map(String::as_str)) {
-            Some(s) => format!("{key} cannot be `{value}`, did you mean `{s}`?"),
-            None => format!("{key} cannot be `{value}`; it is one of {}", known.join(", ")),
+        match suggestion(value, known.iter().map(String::as_str)) {
+            Some(s) => format!("{key} cannot be `{}`, did you mean `{s}`?", quote(value)),
+            None => format!("{key} cannot be `{}`; it is one of {}", quote(value), known.join(", ")),
         }
     } else if let Some((found, expected)) = msg
         .strip_prefix("invalid type: ")
         .or_else(|| msg.strip_prefix("invalid value: "))
         .and_then(|m| m.rsplit_once(", expected "))
     {
-        format!("{key} must be {}, not {found}", friendly(expected))
+        format!("{key} must be {}, not {}", friendly(expected), quote(found))
     } else if let Some(rest) = msg.strip_prefix("duplicate field `") {
         let dup = rest.split('`').next().unwrap_or("");
         let place = if path.is_empty() { "at the top level".to_string() } else { format!("in `{path}`") };
-        format!("`{dup}` is given twice {place}; keep one")
+        format!("`{}` is given twice {place}; keep one", quote(dup))
     } else {
+        // our own messages (a Windows path …) come with a key; anything else may be a syntax error
+        known_shape = !path.is_empty();
         format!("{key}: {msg}")
     };
-    Problem { at, width, message, entry_start }
+    Problem { at, width, message, entry_start, unknown: None, known_shape }
 }
 
 fn strip_location(s: &str) -> String {
@@ -892,33 +1414,144 @@ fn offset_of(text: &str, line: usize, column: usize) -> usize {
     text.len()
 }
 
-/// Reads a token file; only its first 4 KiB count, so a config pointing at `/dev/zero`
-/// cannot exhaust memory.
+/// Reads a token file: a regular file, of which only the first [`MAX_TOKEN_BYTES`] count.
 fn read_token_file(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
     let mut bytes = Vec::new();
-    std::fs::File::open(path)?.take(4096).read_to_end(&mut bytes)?;
+    open_regular(path)?.take(MAX_TOKEN_BYTES).read_to_end(&mut bytes)?;
     String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
 fn line_start(text: &str, at: usize) -> usize {
-    text[..at].rfind('\n').map(|i| i + 1).unwrap_or(0)
+    memchr::memrchr(b'\n', &text.as_bytes()[..at.min(text.len())]).map_or(0, |i| i + 1)
 }
 
 /// Finds `key:` as a mapping key at or after `from` (at column 0 when `top`).
 fn find_key(text: &str, key: &str, from: usize, top: bool) -> Option<usize> {
-    let mut search = from;
-    // `from` may fall inside a multi-byte character: `get` then yields None instead of panicking.
-    while let Some(p) = text.get(search..).and_then(|rest| rest.find(key)).map(|p| p + search) {
-        search = p + key.len();
-        let ls = line_start(text, p);
-        let before_ok =
-            if top { p == ls } else { p == 0 || matches!(text.as_bytes()[p - 1], b' ' | b'\t' | b'{' | b',' | b'\n') };
-        let after = text[p + key.len()..].trim_start_matches([' ', '\t']);
-        let in_comment = text[ls..p].contains(" #") || text[ls..p].starts_with('#');
-        if before_ok && !in_comment && after.starts_with(':') {
-            return Some(p);
+    key_positions(text, key, from, top).next().map(|(p, _)| p)
+}
+
+/// Every `key:` written as a mapping key at or after `from` (only at column 0 when `top`) and not
+/// in a comment, with the start of its line. One pass over the text, however many times `key`
+/// occurs in it: the line start and whether a comment has begun are carried along, not searched
+/// back for at each occurrence (that was quadratic on a long line).
+fn key_positions<'t>(text: &'t str, key: &'t str, from: usize, top: bool) -> impl Iterator<Item = (usize, usize)> + 't {
+    let b = text.as_bytes();
+    let from = from.min(b.len());
+    let mut line = line_start(text, from);
+    let mut scanned = line;
+    let mut comment = false;
+    // An empty key would match everywhere; it is never a key of a config file.
+    let hits = (!key.is_empty()).then(|| memchr::memmem::find_iter(&b[from..], key.as_bytes())).into_iter().flatten();
+    hits.map(move |p| p + from).filter_map(move |p| {
+        for (i, &c) in b.iter().enumerate().take(p).skip(scanned) {
+            match c {
+                b'\n' => {
+                    line = i + 1;
+                    comment = false;
+                }
+                b'#' if i == line || matches!(b[i - 1], b' ' | b'\t') => comment = true,
+                _ => {}
+            }
         }
+        scanned = scanned.max(p);
+        let before_ok = if top { p == line } else { p == 0 || matches!(b[p - 1], b' ' | b'\t' | b'{' | b',' | b'\n') };
+        let after = b[p + key.len()..].iter().find(|&&c| c != b' ' && c != b'\t');
+        (before_ok && !comment && after == Some(&b':')).then_some((p, line))
+    })
+}
+
+/// The most `[`/`{` nesting read. A configuration needs three or four levels; libyaml's scanner
+/// spends time proportional to the nesting depth on every token, so a file of 200,000 `[` took
+/// minutes before it said anything.
+const MAX_FLOW_DEPTH: usize = 32;
+
+/// The offset of the first `[` or `{` nested deeper than [`MAX_FLOW_DEPTH`], in one pass. Quoted
+/// scalars, comments and block scalars (`|`, `>`) are skipped; outside a flow collection a
+/// bracket counts only where a value starts (`a[1]` is a plain scalar).
+fn too_deep(text: &str) -> Option<usize> {
+    let b = text.as_bytes();
+    let mut depth = 0usize;
+    // the last byte that was not a space, and whether a space came after it
+    let mut last = b'\n';
+    let mut spaced = true;
+    let mut line = 0;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        // `[`, `{` and `,` are indicators only inside a flow collection: outside, text (`a, [b`)
+        // (after a quoted scalar or a closed collection a bracket is libyaml's next token: count it)
+        let value_starts = matches!(last, b'\n' | b'"' | b'\'' | b']' | b'}')
+            || (matches!(last, b':' | b'-' | b'?') && spaced)
+            || (depth > 0 && matches!(last, b'[' | b'{' | b',' | b':'));
+        match c {
+            b' ' | b'\t' | b'\r' => {
+                spaced = true;
+                i += 1;
+                continue;
+            }
+            b'\n' => {
+                i += 1;
+                line = i;
+            }
+            b'#' if spaced || last == b'\n' => i = memchr::memchr(b'\n', &b[i..]).map_or(b.len(), |p| i + p),
+            b'\'' if value_starts => {
+                i += 1;
+                while i < b.len() {
+                    if b[i] == b'\'' && b.get(i + 1) != Some(&b'\'') {
+                        break;
+                    }
+                    i += if b[i] == b'\'' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'"' if value_starts => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'|' | b'>' if value_starts && depth == 0 => {
+                // The block scalar's text: the lines indented deeper than its key (past any `- `
+                // in front of it). Where that column is misjudged, it errs towards scanning lines.
+                let mut indent = line + b[line..].iter().take_while(|&&c| c == b' ').count();
+                while matches!(b.get(indent), Some(b'-' | b'?')) && b.get(indent + 1) == Some(&b' ') {
+                    indent += 1 + b[indent + 1..].iter().take_while(|&&c| c == b' ').count();
+                }
+                let indent = indent - line;
+                i = memchr::memchr(b'\n', &b[i..]).map_or(b.len(), |p| i + p);
+                while i < b.len() {
+                    let next = i + 1;
+                    let end = memchr::memchr(b'\n', &b[next..]).map_or(b.len(), |p| next + p);
+                    let line = &b[next..end];
+                    let deeper = line.iter().take_while(|&&c| c == b' ').count() > indent;
+                    if !(deeper || line.iter().all(|c| c.is_ascii_whitespace())) {
+                        break;
+                    }
+                    i = end;
+                }
+            }
+            b'!' | b'&' | b'*' if value_starts => {
+                // a tag, an anchor or an alias: the next token starts after it (`key: !!seq [`)
+                i += b[i..].iter().position(|c| c.is_ascii_whitespace() || b",[]{}".contains(c)).unwrap_or(b.len() - i);
+                continue;
+            }
+            b'[' | b'{' if depth > 0 || value_starts => {
+                depth += 1;
+                if depth > MAX_FLOW_DEPTH {
+                    return Some(i);
+                }
+                i += 1;
+            }
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            _ => i += 1,
+        }
+        last = if c == b'\n' { b'\n' } else { c };
+        spaced = false;
     }
     None
 }
@@ -1189,5 +1822,200 @@ mod tests {
         assert_eq!(crate::table::table_name(Path::new("/a/net.flash.json")).as_str(), "net");
         assert_eq!(crate::table::table_name(Path::new("decision_table.json")).as_str(), "decision_table");
         assert_eq!(crate::table::table_name(Path::new("été.json")).as_str(), "été");
+    }
+
+    /// A machine like a small Pi: 4 cores, 1 GiB, the usual open files limit.
+    const PI: Machine = Machine { open_files: 524_288, memory: 1 << 30, cores: 4 };
+
+    /// Reviews `text` as `config.yaml` (next to a `tables/` folder) with `env`: the errors and the
+    /// warnings, and the configuration as reviewed.
+    fn review_with(text: &str, env: &[(&str, &str)], machine: &Machine) -> (Vec<Diagnostic>, Vec<Diagnostic>, Config) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tables")).unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, text).unwrap();
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut layered = match layer(&path, &Overrides::default(), &env) {
+            Ok(l) => l,
+            Err(d) => panic!("{text}: {d:?}"),
+        };
+        let (errors, warnings) = review(&mut layered, machine);
+        (errors, warnings, layered.config)
+    }
+
+    /// The one error of `server:\n  KEY: VALUE\n` on `machine`: it is at the value and names the key.
+    fn value_error(key: &str, value: &str, machine: &Machine) -> String {
+        let (errors, _, _) = review_with(&format!("server:\n  {key}: {value}\n"), &[], machine);
+        assert_eq!(errors.len(), 1, "{key}: {value}: {errors:?}");
+        let d = &errors[0];
+        assert_eq!((d.line, d.column, d.width), (2, key.len() + 5, value.len()), "{d}");
+        assert!(d.message.contains(&format!("`server.{key}` is")), "{d}");
+        d.message.clone()
+    }
+
+    fn no_errors(text: &str, machine: &Machine) {
+        let (errors, _, _) = review_with(text, &[], machine);
+        assert!(errors.is_empty(), "{text}: {errors:?}");
+    }
+
+    #[test]
+    fn zero_and_absurd_timeouts_are_errors() {
+        for key in ["read_timeout_ms", "idle_timeout_ms", "write_timeout_ms"] {
+            assert!(value_error(key, "0", &PI).contains("is 0:"));
+            assert!(value_error(key, "86400001", &PI).contains("more than a day"));
+            assert!(value_error(key, "18446744073709551615", &PI).contains("more than a day"));
+            no_errors(&format!("server:\n  {key}: 86400000\n"), &PI);
+            no_errors(&format!("server:\n  {key}: 1\n"), &PI);
+        }
+    }
+
+    #[test]
+    fn workers_are_capped_and_must_fit_the_open_files_limit() {
+        let m = value_error("workers", "12000", &PI);
+        assert!(m.contains("more than 1024 worker threads") && m.contains("write 0"), "{m}");
+        // 2 open files a worker and 64 for clef: 2016 workers need 4096
+        let m = value_error("workers", "1016", &Machine { open_files: 2096, ..PI });
+        assert!(m.contains("the open files limit here is 2096"), "{m}");
+        no_errors("server:\n  workers: 1015\n  max_connections: 1\n", &Machine { open_files: 2096, ..PI });
+        // one per core on a machine with many cores and a low limit
+        let (errors, _, _) =
+            review_with("server:\n  workers: 0\n", &[], &Machine { open_files: 256, cores: 128, ..PI });
+        assert!(errors[0].message.contains("is 0 (one per core: 128 here)"), "{errors:?}");
+    }
+
+    #[test]
+    fn max_connections_must_be_positive_and_fit_the_open_files_limit() {
+        assert!(value_error("max_connections", "0", &PI).contains("no connection would ever be accepted"));
+        // 4096 - 64 - 4 workers × 2 = 4024 connections fit
+        let low = Machine { open_files: 4096, ..PI };
+        let m = value_error("max_connections", "4025", &low);
+        assert!(m.contains("at most 4024 connections fit"), "{m}");
+        no_errors("server:\n  max_connections: 4024\n", &low);
+        // the default is lowered to what fits, with a warning
+        let (errors, warnings, config) = review_with("", &[], &Machine { open_files: 1024, ..PI });
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(config.server.max_connections, 1024 - 64 - 8);
+        assert!(warnings[0].message.contains("lowered from its default 4096 to 952"), "{warnings:?}");
+    }
+
+    #[test]
+    fn header_limits_are_bounded() {
+        assert!(value_error("max_headers", "0", &PI).contains("431"));
+        assert!(value_error("max_headers", "100000000", &PI).contains("more than 1024"));
+        no_errors("server:\n  max_headers: 1024\n", &PI);
+        assert!(value_error("max_header_bytes", "0", &PI).contains("431"));
+        assert!(value_error("max_header_bytes", "1048577", &PI).contains("more than 1 MiB"));
+        no_errors("server:\n  max_header_bytes: 1048576\n", &PI);
+    }
+
+    #[test]
+    fn max_body_bytes_is_bounded_by_a_cap_and_by_memory() {
+        assert!(value_error("max_body_bytes", "0", &PI).contains("413"));
+        let big = Machine { memory: 64 << 30, ..PI };
+        let m = value_error("max_body_bytes", "67108865", &big);
+        assert!(m.contains("more than 64 MiB (67108864), the most clef accepts"), "{m}");
+        no_errors("server:\n  max_body_bytes: 67108864\n", &big);
+        // 1/16 of 1 GiB is 64 MiB; of 256 MiB (systemd's MemoryMax=256M), 16 MiB
+        no_errors("server:\n  max_body_bytes: 67108864\n", &PI);
+        let small = Machine { memory: 256 << 20, ..PI };
+        let m = value_error("max_body_bytes", "16777217", &small);
+        assert!(m.contains("more than 1/16 of the memory clef may use here (16 MiB of 256 MiB"), "{m}");
+    }
+
+    #[test]
+    fn values_set_in_the_environment_are_reported_with_the_variable() {
+        let (errors, _, _) = review_with("server:\n  workers: 2\n", &[("CLEF_SERVER__WORKERS", "12000")], &PI);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path, "CLEF_SERVER__WORKERS");
+        assert!(errors[0].message.starts_with("environment variable CLEF_SERVER__WORKERS: `server.workers` is 12000"));
+        // a value given in the environment is given: not lowered silently
+        let (errors, _, _) =
+            review_with("", &[("CLEF_SERVER__MAX_CONNECTIONS", "4096")], &Machine { open_files: 1024, ..PI });
+        assert!(errors[0].message.contains("at most 952 connections fit"), "{errors:?}");
+    }
+
+    #[test]
+    fn an_admin_listener_off_loopback_without_a_token_is_a_loud_warning() {
+        for listen in ["0.0.0.0:9901", "192.168.1.10:9901", "'[::]:9901'", "pi.local:9901"] {
+            let (errors, warnings, _) = review_with(&format!("admin:\n  listen: {listen}\n"), &[], &PI);
+            assert!(errors.is_empty(), "{listen}: {errors:?}");
+            assert_eq!(warnings.len(), 1, "{listen}: {warnings:?}");
+            let w = &warnings[0];
+            assert_eq!((w.line, w.column, w.severity), (2, 11, crate::diagnostic::Severity::Warning), "{w}");
+            assert!(w.message.contains("anyone who can reach that address can reload tables"), "{w}");
+            assert!(w.message.contains("admin.token_file") && w.message.contains("127.0.0.1"), "{w}");
+            // with a token it is fine
+            let text = format!("admin:\n  listen: {listen}\n  token_file: t\n");
+            assert!(review_with(&text, &[], &PI).1.is_empty(), "{listen}");
+        }
+        for listen in ["127.0.0.1:9901", "127.8.0.1:1", "'[::1]:9901'", "localhost:9901", "LOCALHOST:1", "''"] {
+            let (errors, warnings, _) = review_with(&format!("admin:\n  listen: {listen}\n"), &[], &PI);
+            assert!(errors.is_empty() && warnings.is_empty(), "{listen}: {errors:?} {warnings:?}");
+        }
+        for listen in ["9901", "127.0.0.1", "127.0.0.1:99999", "::1:9901", "a b:1", ":9901", "host:"] {
+            let (errors, _, _) = review_with(&format!("admin:\n  listen: \"{listen}\"\n"), &[], &PI);
+            assert_eq!(errors.len(), 1, "{listen}: {errors:?}");
+            assert_eq!((errors[0].line, errors[0].column), (2, 11), "{}", errors[0]);
+            assert!(errors[0].message.contains("which is not host:port"), "{}", errors[0]);
+        }
+    }
+
+    #[test]
+    fn nesting_deeper_than_a_config_needs_is_found_in_one_pass() {
+        let deep = |n: usize| format!("server: {}{}\n", "[".repeat(n), "]".repeat(n));
+        assert_eq!(too_deep(&deep(MAX_FLOW_DEPTH)), None);
+        assert_eq!(too_deep(&deep(MAX_FLOW_DEPTH + 1)), Some(8 + MAX_FLOW_DEPTH));
+        assert_eq!(too_deep(&format!("a: {}", "{a: ".repeat(40))), Some(3 + 4 * MAX_FLOW_DEPTH));
+        // tags and anchors stand in front of a value (libyaml took 45 s over 100,000 `[ !!seq`)
+        assert!(too_deep(&format!("x: !!seq {}", "[ !!seq ".repeat(40))).is_some());
+        assert!(too_deep(&format!("x: &a !t {}", "[ &a ".repeat(40))).is_some());
+        assert!(too_deep(&format!("x: *a {}", "[".repeat(40))).is_some());
+        assert!(too_deep(&format!("x: 'a' {}", "[".repeat(40))).is_some());
+        // brackets that are text are not nesting
+        for text in [
+            format!("a: '{}'\nb: \"{}\"\n", "[".repeat(40), "{".repeat(40)),
+            format!("a: 1 # {}\n", "[".repeat(40)),
+            format!("a: x{}\n", "[".repeat(40)),
+            format!("a: |\n  {}\n  more\nb: [1]\n", "[".repeat(40)),
+            format!("- a: >\n    {}\n", "[".repeat(40)),
+            format!("a: [\"]]]]\", '{}']\n", "[".repeat(40)),
+        ] {
+            assert_eq!(too_deep(&text), None, "{text}");
+        }
+        // a block scalar ends where the indentation does
+        assert!(too_deep(&format!("a: |\n  x\nb: {}\n", "[".repeat(40))).is_some());
+        // 200 KB of `[` (which took libyaml minutes) is refused at once, as the first error
+        let d = validate_text("c.yaml", &format!("server: {}", "[".repeat(200_000))).unwrap_err();
+        assert_eq!((d.len(), d[0].line, d[0].column), (1, 1, 9 + MAX_FLOW_DEPTH), "{d:?}");
+        assert!(d[0].message.contains("nested more than 32 levels deep"), "{}", d[0]);
+    }
+
+    #[test]
+    fn keys_are_found_in_one_pass_over_a_long_line() {
+        let text = "a: 1 # port: 2\n  port: 3\nx: {xport: 1, port: 4}\nport: 5\n";
+        let all: Vec<(usize, usize)> = key_positions(text, "port", 0, false).collect();
+        let at = |s: &str| text.find(s).unwrap();
+        assert_eq!(
+            all,
+            [(at("port: 3"), at("  port: 3")), (at("port: 4"), at("x: {")), (at("port: 5"), at("port: 5"))]
+        );
+        assert_eq!(find_key(text, "port", 0, true), Some(text.rfind("port").unwrap()));
+        // `from` inside a multi-byte character does not panic
+        assert_eq!(find_key("é: 1\nport: 2", "port", 1, true), Some(6));
+        // one line of 100,000 `xport: 1,` and the key at its end: found without going back to the
+        // line start for every near miss (that took minutes)
+        let line = format!("server: {{{} port: 1}}\n", "xport: 1, ".repeat(100_000));
+        let started = std::time::Instant::now();
+        assert_eq!(find_key(&line, "port", 0, false), line.rfind("port"));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(size(100), "100 bytes");
+        assert_eq!(size(16384), "16 KiB");
+        assert_eq!(size(1 << 20), "1 MiB");
+        assert_eq!(size(100_000_000), "95.4 MiB");
+        assert_eq!(size(3 << 30), "3 GiB");
     }
 }

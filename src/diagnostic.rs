@@ -1,6 +1,42 @@
 //! File diagnostics: `path:line:col: error: message`, the source line and a caret.
+//!
+//! A diagnostic quotes at most one line of the file, and a long line only around the caret, so a
+//! file with a megabyte on one line (a minified table, a pasted blob in a config) still gives a
+//! message of a few lines.
 
 use std::fmt;
+
+/// Source lines up to this many characters are shown whole (a condition line of a table is often
+/// 150 or 200); longer ones are cut to this many characters around the caret.
+const SHOWN_LINE_CHARS: usize = 240;
+
+/// Characters kept before the caret when a long line is cut: enough to see the key of a value.
+const CONTEXT_BEFORE_CARET: usize = 80;
+
+/// Values echoed inside a message (`cannot be `…``) are cut to this many characters.
+pub const QUOTED_CHARS: usize = 80;
+
+/// A message longer than this (in bytes) is cut: only a message that echoes data is that long.
+const MESSAGE_BYTES: usize = 2000;
+
+/// `value` as quoted inside a message: its first line, at most [`QUOTED_CHARS`] characters, with
+/// `…` where it was cut.
+pub fn quote(value: &str) -> String {
+    let line = value.split(['\n', '\r']).next().unwrap_or("");
+    match line.char_indices().nth(QUOTED_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None if line.len() < value.len() => format!("{line}…"),
+        None => line.to_string(),
+    }
+}
+
+fn cap_message(mut message: String) -> String {
+    if message.len() > MESSAGE_BYTES {
+        message.truncate(floor_char_boundary(&message, MESSAGE_BYTES));
+        message.push('…');
+    }
+    message
+}
 
 /// How bad a diagnostic is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,9 +60,12 @@ pub struct Diagnostic {
     pub severity: Severity,
     /// what is wrong and how to fix it
     pub message: String,
-    /// the text of the line, for the caret display
+    /// the text of the line, for the caret display: a line longer than 240 characters is cut to
+    /// 240 characters around the caret, with `…` where it was cut
     pub source_line: Option<String>,
-    /// how many characters the caret underlines
+    /// 1-based column of the caret in `source_line` (not `column` when the line was cut)
+    pub source_column: usize,
+    /// how many characters of `source_line` the caret underlines
     pub width: usize,
 }
 
@@ -34,20 +73,24 @@ impl Diagnostic {
     /// A diagnostic at byte `offset` of `source` (the whole file text).
     pub fn at_offset(path: &str, source: &str, offset: usize, width_bytes: usize, message: String) -> Diagnostic {
         let offset = floor_char_boundary(source, offset.min(source.len()));
-        let line_start = source[..offset].rfind('\n').map(|i| i + 1).unwrap_or(0);
-        let line_end = source[offset..].find('\n').map(|i| offset + i).unwrap_or(source.len());
-        let line = source[..offset].matches('\n').count() + 1;
+        let line_start = memchr::memrchr(b'\n', &source.as_bytes()[..offset]).map(|i| i + 1).unwrap_or(0);
+        let line_end = memchr::memchr(b'\n', &source.as_bytes()[offset..]).map(|i| offset + i).unwrap_or(source.len());
+        let line = memchr::memchr_iter(b'\n', &source.as_bytes()[..line_start]).count() + 1;
         let column = source[line_start..offset].chars().count() + 1;
         let text = source[line_start..line_end].trim_end_matches('\r');
         let end = floor_char_boundary(source, (offset + width_bytes).min(line_end));
         let width = source[offset..end.max(offset)].chars().count().max(1);
+        // the caret may stand on the `\r` of a CRLF line end, past `text`
+        let caret = (offset - line_start).min(text.len());
+        let (shown, source_column, width) = window(&text[..caret], &text[caret..], width);
         Diagnostic {
             path: path.to_string(),
             line,
             column,
             severity: Severity::Error,
-            message,
-            source_line: Some(text.to_string()),
+            message: cap_message(message),
+            source_line: Some(shown),
+            source_column,
             width,
         }
     }
@@ -72,8 +115,9 @@ impl Diagnostic {
             line: 1,
             column: 1,
             severity: Severity::Error,
-            message,
+            message: cap_message(message),
             source_line: None,
+            source_column: 1,
             width: 0,
         }
     }
@@ -83,6 +127,36 @@ impl Diagnostic {
         self.severity = Severity::Warning;
         self
     }
+}
+
+/// The part of a line shown under a diagnostic whose caret stands between `before` and `after` (the
+/// line's text on either side) and underlines `width` characters: the whole line when it is
+/// short, else [`SHOWN_LINE_CHARS`] characters around the caret with `…` at the cuts. Returns the
+/// text, the 1-based column of the caret in it and the width of the caret in it.
+fn window(before: &str, after: &str, width: usize) -> (String, usize, usize) {
+    // Characters are counted only as far as a window reaches, from the caret outwards: a 10 MB
+    // line costs no more than a short one.
+    let near_before = before.chars().rev().take(SHOWN_LINE_CHARS + 1).count();
+    let near_after = after.chars().take(SHOWN_LINE_CHARS + 1).count();
+    if near_before + near_after <= SHOWN_LINE_CHARS {
+        return (format!("{before}{after}"), near_before + 1, width);
+    }
+    // Some context before the caret; more when the line ends soon after it.
+    let keep_before = near_before.min(CONTEXT_BEFORE_CARET.max(SHOWN_LINE_CHARS.saturating_sub(near_after)));
+    let keep_after = near_after.min(SHOWN_LINE_CHARS - keep_before);
+    let start = before.char_indices().rev().nth(keep_before.wrapping_sub(1)).map_or(before.len(), |(i, _)| i);
+    let end = after.char_indices().nth(keep_after).map_or(after.len(), |(i, _)| i);
+    let cut_start = start > 0;
+    let mut shown = String::with_capacity(start.abs_diff(before.len()) + end + 8);
+    if cut_start {
+        shown.push('…');
+    }
+    shown.push_str(&before[start..]);
+    shown.push_str(&after[..end]);
+    if end < after.len() {
+        shown.push('…');
+    }
+    (shown, keep_before + 1 + usize::from(cut_start), width.min(keep_after).max(1))
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
@@ -101,7 +175,8 @@ impl fmt::Display for Diagnostic {
         write!(f, "{}:{}:{}: {level}: {}", self.path, self.line, self.column, self.message)?;
         if let Some(text) = &self.source_line {
             let gutter = self.line.to_string().len();
-            let pad: String = text.chars().take(self.column - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+            let pad: String =
+                text.chars().take(self.source_column - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
             write!(
                 f,
                 "\n{:gutter$} |\n{} | {text}\n{:gutter$} | {pad}{}",
@@ -160,6 +235,65 @@ mod tests {
         let text = d.to_string();
         assert!(text.starts_with("t.json:3:8: error: bad value"), "{text}");
         assert!(text.ends_with("|        ^"), "{text}");
+    }
+
+    /// The caret line under the source line of a rendered diagnostic, and the source line.
+    fn shown(d: &Diagnostic) -> (String, String) {
+        let text = d.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        let strip = |l: &str| l.split_once(" | ").map(|x| x.1.to_string()).unwrap_or_default();
+        (strip(lines[2]), strip(lines[3]))
+    }
+
+    #[test]
+    fn a_long_line_is_shown_around_the_caret_only() {
+        // a 10 MB line with the error in the middle: the display stays a few hundred bytes
+        let mut src = "x".repeat(5_000_000);
+        src.push_str("BAD");
+        src.push_str(&"y".repeat(5_000_000));
+        let d = Diagnostic::at_offset("t.json", &src, 5_000_000, 3, "bad value".into());
+        assert_eq!((d.line, d.column, d.width), (1, 5_000_001, 3));
+        let text = d.to_string();
+        assert!(text.len() < 1000, "{} bytes", text.len());
+        let (line, caret) = shown(&d);
+        assert!(line.starts_with('…') && line.ends_with('…'), "{line}");
+        assert_eq!(line.chars().count(), SHOWN_LINE_CHARS + 2);
+        // the caret is under `BAD`
+        let at = caret.find('^').unwrap();
+        assert_eq!(caret.trim_start(), "^^^");
+        assert_eq!(line.chars().skip(at).take(3).collect::<String>(), "BAD", "{line}\n{caret}");
+    }
+
+    #[test]
+    fn long_lines_are_cut_at_one_end_near_their_start_and_their_end() {
+        let src = format!("BAD{}", "y".repeat(500));
+        let d = Diagnostic::at_offset("t", &src, 0, 3, "m".into());
+        let (line, caret) = shown(&d);
+        assert!(line.starts_with("BAD") && line.ends_with('…'), "{line}");
+        assert_eq!(caret, "^^^");
+        // an error at the very end of a long last line (the file ends too early)
+        let src = format!("{{\"a\": \"{}", "z".repeat(500));
+        let d = Diagnostic::at_offset("t", &src, src.len(), 1, "m".into());
+        let (line, caret) = shown(&d);
+        assert!(line.starts_with('…') && line.ends_with('z'), "{line}");
+        assert_eq!(caret.len(), line.chars().count() + 1, "the caret just after the last character");
+        // a short line is shown whole
+        let d = Diagnostic::at_offset("t", "a: 1\n", 3, 1, "m".into());
+        assert_eq!(shown(&d), ("a: 1".to_string(), "   ^".to_string()));
+        // a caret at the end of a CRLF line
+        let d = Diagnostic::at_offset("t", "a: 1\r\nb", 5, 1, "m".into());
+        assert_eq!((d.line, d.column, shown(&d)), (1, 6, ("a: 1".to_string(), "    ^".to_string())));
+    }
+
+    #[test]
+    fn quoted_values_and_messages_are_capped() {
+        assert_eq!(quote("short"), "short");
+        assert_eq!(quote("two\nlines"), "two…");
+        let long = quote(&"é".repeat(10_000));
+        assert_eq!(long.chars().count(), QUOTED_CHARS + 1);
+        assert!(long.ends_with('…'));
+        let d = Diagnostic::whole_file("t", "m".repeat(1_000_000));
+        assert!(d.message.len() <= MESSAGE_BYTES + 3);
     }
 
     #[test]

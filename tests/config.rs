@@ -13,9 +13,11 @@ fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-/// Writes `config.yaml` (raw bytes) into a fresh folder.
+/// Writes `config.yaml` (raw bytes) into a fresh folder, next to an empty `tables/` (the default
+/// `model.tables_dir`, which must exist).
 fn write(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("tables")).unwrap();
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, bytes).unwrap();
     (dir, path)
@@ -33,6 +35,12 @@ fn load_err(path: &Path, env: &[(String, String)]) -> Vec<Diagnostic> {
         Ok(l) => panic!("expected an error, got {:?}", l.config),
         Err(d) => d,
     }
+}
+
+/// Makes a FIFO (named pipe) at `path`: opening it for reading blocks until someone writes.
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().expect("run mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
 }
 
 fn base(dir: &tempfile::TempDir) -> PathBuf {
@@ -57,7 +65,7 @@ fn defaults_fill_every_missing_key() {
     let c = &loaded.config;
     assert_eq!((c.server.host.as_str(), c.server.port, c.server.workers), ("0.0.0.0", 8080, 0));
     assert_eq!((c.server.max_body_bytes, c.server.max_connections), (65536, 4096));
-    assert_eq!((c.server.idle_timeout_ms, c.server.read_timeout_ms), (60000, 5000));
+    assert_eq!((c.server.idle_timeout_ms, c.server.read_timeout_ms, c.server.write_timeout_ms), (60000, 5000, 5000));
     assert_eq!((c.server.max_headers, c.server.max_header_bytes), (64, 16384));
     assert!(!c.server.cors.enabled);
     assert_eq!(c.server.cors.origins, vec!["*".to_string()]);
@@ -98,6 +106,7 @@ fn default_table_drops_every_extension() {
 #[test]
 fn a_bom_and_crlf_line_ends_work() {
     let (dir, path) = write(b"\xEF\xBB\xBFserver:\r\n  port: 9000\r\nmodel:\r\n  tables_dir: ./rules\r\n");
+    std::fs::create_dir(dir.path().join("rules")).unwrap();
     let loaded = load_ok(&path);
     assert_eq!(loaded.config.server.port, 9000);
     assert_eq!(loaded.tables_dir, base(&dir).join("rules"));
@@ -117,6 +126,7 @@ fn backslashes_in_relative_paths_work() {
 fn double_quoted_paths_with_backslashes_are_read_raw() {
     // YAML would read "\r" as a carriage return and "\n" as a line feed
     let (dir, path) = write(b"model:\n  tables_dir: \"tables\\new\"\n  decision_table_path: \"tables\\risk.json\"\n");
+    std::fs::create_dir(dir.path().join("tables/new")).unwrap();
     let loaded = load_ok(&path);
     assert_eq!(loaded.tables_dir, base(&dir).join("tables/new"));
     assert_eq!(loaded.decision_table_path, Some(base(&dir).join("tables/risk.json")));
@@ -275,7 +285,7 @@ fn state_dir_falls_back_to_systemd_then_next_to_the_config() {
 fn relative_paths_resolve_against_the_config_folder_not_the_working_directory() {
     let (dir, _) = write(b"");
     let sub = dir.path().join("etc");
-    std::fs::create_dir(&sub).unwrap();
+    std::fs::create_dir_all(sub.join("tables")).unwrap();
     let path = sub.join("config.yaml");
     std::fs::write(&path, "model:\n  tables_dir: tables\n  decision_table_path: ../risk.json\n").unwrap();
     // the test process's working directory is the crate root: it must not matter
@@ -333,8 +343,189 @@ fn duplicate_keys_after_non_ascii_text_are_diagnosed_not_panicked() {
 
 #[test]
 fn only_the_start_of_a_token_file_is_read() {
-    let (_dir, path) = write(b"server:\n  token_file: /dev/zero\n");
-    // Reading /dev/zero whole would never end: clef reads its first 4 KiB and stops.
+    let (dir, path) = write(b"server:\n  token_file: big.token\n");
+    std::fs::write(dir.path().join("big.token"), "t".repeat(100_000)).unwrap();
     let loaded = load_with_env(Some(&path), &Overrides::default(), &no_env()).expect("loads");
     assert_eq!(loaded.server_token.map(|t| t.len()), Some(4096));
+}
+
+#[test]
+fn a_token_file_that_is_not_a_regular_file_is_refused() {
+    // /dev/zero never ends and a FIFO blocks whoever opens it until someone writes: both refused
+    let (dir, path) = write(b"server:\n  token_file: /dev/zero\nadmin:\n  token_file: ./fifo\n");
+    mkfifo(&dir.path().join("fifo"));
+    let d = within(SECONDS(5), move || load_err(&path, &no_env()));
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!((d[0].line, d[0].column), (2, 15), "{}", d[0]);
+    assert!(d[0].message.contains("it is a character device, not a regular file"), "{}", d[0]);
+    assert_eq!((d[1].line, d[1].column), (4, 15), "{}", d[1]);
+    assert!(d[1].message.contains("it is a FIFO (named pipe), not a regular file"), "{}", d[1]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values that cannot work (SPEC §5)
+
+/// `(line, column, message)` of every error.
+fn errors_of(d: &[Diagnostic]) -> Vec<(usize, usize, String)> {
+    d.iter().filter(|d| d.severity == Severity::Error).map(|d| (d.line, d.column, d.message.clone())).collect()
+}
+
+#[test]
+fn values_that_cannot_work_stop_serve_and_check_alike() {
+    let (_dir, path) = write(
+        b"server:\n  workers: 12000\n  max_connections: 0\n  idle_timeout_ms: 0\n  read_timeout_ms: 0\n  \
+          write_timeout_ms: 0\n  max_headers: 100000000\n  max_header_bytes: 0\n  max_body_bytes: 1000000000000\n\
+          admin:\n  listen: nowhere\n",
+    );
+    let served = errors_of(&load_err(&path, &no_env()));
+    let checked = errors_of(&check_file(&path));
+    assert_eq!(served, checked, "clef check and clef serve must report the same errors");
+    let keys = [
+        (2, 12, "`server.workers` is 12000"),
+        (3, 20, "`server.max_connections` is 0"),
+        (4, 20, "`server.idle_timeout_ms` is 0"),
+        (5, 20, "`server.read_timeout_ms` is 0"),
+        (6, 21, "`server.write_timeout_ms` is 0"),
+        (7, 16, "`server.max_headers` is 100000000"),
+        (8, 21, "`server.max_header_bytes` is 0"),
+        (9, 19, "`server.max_body_bytes` is 1000000000000"),
+        (11, 11, "`admin.listen` is `nowhere`"),
+    ];
+    let all = served.iter().map(|(l, c, m)| format!("{l}:{c}: {m}")).collect::<Vec<_>>().join("\n");
+    assert_eq!(served.len(), keys.len(), "{all}");
+    for ((line, column, message), (want_line, want_column, key)) in served.iter().zip(keys) {
+        assert_eq!((*line, *column), (want_line, want_column), "{all}");
+        assert!(message.starts_with(key), "{message} should start with {key}");
+    }
+}
+
+#[test]
+fn write_timeout_ms_is_read_and_defaults_to_5000() {
+    let (_dir, path) = write(b"");
+    assert_eq!(load_ok(&path).config.server.write_timeout_ms, 5000);
+    let (_dir, path) = write(b"server:\n  write_timeout_ms: 750\n");
+    assert_eq!(load_ok(&path).config.server.write_timeout_ms, 750);
+    let d = load_err(&path, &env(&[("CLEF_SERVER__WRITE_TIMEOUT_MS", "0")]));
+    assert!(d[0].to_string().contains("environment variable CLEF_SERVER__WRITE_TIMEOUT_MS"), "{}", d[0]);
+}
+
+#[test]
+fn a_missing_or_unreadable_tables_dir_is_an_error_with_its_position() {
+    let (dir, path) = write(b"model:\n  tables_dir: ./nowhere\n  default_table: risk\n");
+    let d = load_err(&path, &no_env());
+    assert_eq!((d.len(), d[0].line, d[0].column), (1, 2, 15), "{d:?}");
+    assert!(d[0].message.contains("nowhere") && d[0].message.contains("does not exist"), "{}", d[0]);
+    assert_eq!(errors_of(&d), errors_of(&check_file(&path)));
+    // a file where the folder should be
+    std::fs::write(dir.path().join("nowhere"), "").unwrap();
+    assert!(load_err(&path, &no_env())[0].message.contains("is not a folder"));
+    // set in the environment: named
+    let d = load_err(&path, &env(&[("CLEF_MODEL__TABLES_DIR", "/no/such/folder")]));
+    assert!(d[0].to_string().contains("environment variable CLEF_MODEL__TABLES_DIR"), "{}", d[0]);
+    // the default `tables` next to the config, when there is nothing else to serve
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "server:\n  port: 8080\n").unwrap();
+    let d = load_err(&path, &no_env());
+    assert!(d[0].message.contains("(the default: `tables` next to the config file) does not exist"), "{}", d[0]);
+}
+
+#[test]
+fn the_seed_form_needs_no_tables_folder_unless_it_names_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "model: {decision_table_path: ./decision_table.json}\n").unwrap();
+    assert!(!dir.path().join("tables").exists());
+    assert_eq!(load_ok(&path).decision_table_path, Some(base(&dir).join("decision_table.json")));
+    assert!(errors_of(&check_file(&path)).is_empty());
+    std::fs::write(&path, "model: {decision_table_path: ./decision_table.json, tables_dir: ./more}\n").unwrap();
+    let d = load_err(&path, &no_env());
+    assert_eq!((d[0].line, d[0].column), (1, 65), "{}", d[0]);
+}
+
+#[test]
+fn an_admin_listener_off_loopback_without_a_token_is_a_loud_warning() {
+    let (_dir, path) = write(b"admin:\n  listen: 0.0.0.0:9901\n");
+    let loaded = load_ok(&path);
+    let warning = loaded.warnings.iter().find(|w| w.contains("admin.listen")).expect("a warning");
+    assert!(warning.starts_with("SECURITY:"), "{warning}");
+    assert!(warning.contains("anyone who can reach that address can reload tables"), "{warning}");
+    let d = check_file(&path);
+    assert_eq!((d[0].line, d[0].column, d[0].severity), (2, 11, Severity::Warning), "{d:?}");
+}
+
+/// Runs `f` on another thread; fails if it takes longer than `limit` (a blocked read, a quadratic
+/// loop) instead of hanging the test run.
+fn within<T: Send + 'static>(limit: std::time::Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()));
+    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("took longer than {limit:?}"))
+}
+
+const SECONDS: fn(u64) -> std::time::Duration = std::time::Duration::from_secs;
+
+#[test]
+fn the_config_file_must_be_a_regular_file_of_at_most_1_mib() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.yaml");
+    mkfifo(&fifo);
+    for (path, why) in [
+        (fifo, "it is a FIFO (named pipe), not a regular file"),
+        (PathBuf::from("/dev/zero"), "it is a character device, not a regular file"),
+        (dir.path().to_path_buf(), "it is a folder, not a regular file"),
+    ] {
+        let (d, checked) = within(SECONDS(5), move || (load_err(&path, &no_env()), check_file(&path)));
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].message, format!("cannot read the configuration file: {why}"));
+        assert_eq!(checked, d);
+    }
+    let (_dir, path) = write(format!("# {}\n", "x".repeat(1 << 20)).as_bytes());
+    let d = load_err(&path, &no_env());
+    assert!(d[0].message.contains("larger than 1 MiB (1048576 bytes)"), "{}", d[0]);
+    // just under the cap is read
+    let (_dir, path) = write(format!("# {}\n", "x".repeat((1 << 20) - 4)).as_bytes());
+    load_ok(&path);
+}
+
+#[test]
+fn a_file_of_unknown_keys_stops_after_ten_errors_at_once() {
+    // 90,000 unknown keys at the top level, in a section, in a flow mapping (just under 1 MiB)
+    let top: String = (0..90_000).map(|i| format!("k{i}: 1\n")).collect();
+    let inside = format!("server:\n{}", (0..80_000).map(|i| format!("  k{i}: 1\n")).collect::<String>());
+    let flow = format!("server: {{{}}}\n", (0..80_000).map(|i| format!("k{i}: 1")).collect::<Vec<_>>().join(", "));
+    for (text, line, column) in [(top, 1, 1), (inside, 2, 3), (flow, 1, 10)] {
+        let (_dir, path) = write(text.as_bytes());
+        let d = within(SECONDS(10), move || load_err(&path, &no_env()));
+        assert_eq!(d.len(), 11, "{d:?}");
+        assert_eq!((d[0].line, d[0].column), (line, column), "{}", d[0]);
+        assert!(d[0].message.starts_with("unknown key `k0`"), "{}", d[0]);
+        assert!(d[9].message.starts_with("unknown key `k9`"), "{}", d[9]);
+        assert_eq!(d[10].message, "stopping after 10 errors; fix these and check again for more");
+    }
+}
+
+#[test]
+fn a_file_of_nested_brackets_is_refused_at_once() {
+    // 200 KB of `[`: libyaml took minutes over it
+    let (_dir, path) = write(format!("server: {}", "[".repeat(200_000)).as_bytes());
+    let d = within(SECONDS(10), move || load_err(&path, &no_env()));
+    assert_eq!((d.len(), d[0].line, d[0].column), (1, 1, 41), "{d:?}");
+    assert!(d[0].message.contains("nested more than 32 levels deep"), "{}", d[0]);
+}
+
+#[test]
+fn a_long_value_is_quoted_in_part() {
+    // a 1 MB scalar (the most a config holds) was echoed whole, three times over
+    let long = "a".repeat(1_000_000);
+    for text in [
+        format!("server:\n  port: {long}\n"),
+        format!("server:\n  {long}: 1\n"),
+        format!("logging:\n  level: {long}\n"),
+        format!("model:\n  tables_dir: C:\\{long}\n"),
+        format!("admin:\n  listen: {long}\n"),
+    ] {
+        let (_dir, path) = write(text.as_bytes());
+        let shown: String = load_err(&path, &no_env()).iter().map(ToString::to_string).collect();
+        assert!(shown.len() < 2000, "{} bytes: {}", shown.len(), &shown[..300]);
+    }
 }

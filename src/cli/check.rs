@@ -53,7 +53,16 @@ pub fn run(paths: &[PathBuf]) -> i32 {
 
 /// A YAML file with a top-level `rules` key is a rule set; any other YAML is a config.
 fn check_yaml(path: &std::path::Path, shown: &str) -> bool {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // Read as a config is: a FIFO or a device named `x.yaml` is refused, not waited on.
+    let text = match crate::config::read_config_text(path) {
+        Ok(text) => text,
+        Err(diagnostics) => {
+            for d in diagnostics {
+                eprintln!("{d}");
+            }
+            return false;
+        }
+    };
     let is_ruleset = text.trim_start_matches('\u{feff}').lines().any(|l| l.starts_with("rules:"));
     if is_ruleset {
         eprintln!("{shown}:1:1: error: YAML rule sets are not supported by this version of clef yet");
