@@ -1,12 +1,17 @@
 //! Request bodies → values: simd-json parsing into a reused tape, with the
-//! nesting limit and BOM tolerance of SPEC §10–§11.
+//! nesting limit and BOM tolerance of SPEC §10–§11, and the request-time
+//! schema check of SPEC §3.
 
 use std::cell::RefCell;
 use std::fmt;
 
 use simd_json::{Buffers, Tape};
 
-use crate::expr::Value;
+use crate::expr::check::with_article;
+use crate::expr::compile::Program;
+use crate::expr::eval::SlotValue;
+use crate::expr::ir::PathSeg;
+use crate::expr::{Schema, SchemaType, Type, Value};
 
 /// Deepest accepted nesting; the top-level object is level 1.
 pub const DEFAULT_MAX_DEPTH: usize = 128;
@@ -26,6 +31,16 @@ pub enum InputError {
         /// the type that was sent
         got: &'static str,
     },
+    /// A field the table's schema declares is present, not null, and of another type.
+    SchemaMismatch {
+        /// the dotted path of the field (`headers.user-agent`)
+        path: String,
+        /// the declared type (`number`; `object` for a field that a declared path runs through)
+        declared: &'static str,
+        /// the type sent: `string`, `number`, `boolean`, `array`, `object`, or `float`
+        /// for a number that is not an integer where one is declared
+        actual: &'static str,
+    },
 }
 
 impl InputError {
@@ -34,6 +49,16 @@ impl InputError {
         match self {
             InputError::InvalidJson { .. } => "invalid_json",
             InputError::NotAnObject { .. } => "not_an_object",
+            InputError::SchemaMismatch { .. } => "schema_mismatch",
+        }
+    }
+
+    /// The HTTP status that answers it (SPEC §6): 400 for a body that is not a
+    /// JSON object, 422 for an object the table's schema rejects.
+    pub fn status(&self) -> u16 {
+        match self {
+            InputError::InvalidJson { .. } | InputError::NotAnObject { .. } => 400,
+            InputError::SchemaMismatch { .. } => 422,
         }
     }
 }
@@ -43,11 +68,110 @@ impl fmt::Display for InputError {
         match self {
             InputError::InvalidJson { offset, message } => write!(f, "invalid JSON at byte {offset}: {message}"),
             InputError::NotAnObject { got } => write!(f, "the input must be a JSON object, got {got}"),
+            InputError::SchemaMismatch { path, declared, actual } => {
+                write!(f, "field \"{path}\" must be {} (schema), got {}", with_article(declared), with_article(actual))
+            }
         }
     }
 }
 
 impl std::error::Error for InputError {}
+
+/// The request-time schema check (SPEC §3): a table with a `schema` fails
+/// closed, answering `schema_mismatch` instead of deciding on an input whose
+/// declared field is present, not null, and of another type.
+///
+/// Every declared path has a slot in the table's [`Program`], so the one pass
+/// that fills slots reads declared fields too: the check is then one type test
+/// per declared field. A table without a schema has nothing to check.
+#[derive(Debug, Default)]
+pub struct SchemaCheck {
+    /// sorted by path, so that the first mismatch reported does not depend on hashing
+    fields: Vec<DeclaredField>,
+}
+
+#[derive(Debug)]
+struct DeclaredField {
+    path: Box<str>,
+    segments: Box<[Box<str>]>,
+    declared: SchemaType,
+    slot: u32,
+}
+
+impl SchemaCheck {
+    /// The check of `schema`, adding to `program` a slot for each declared path.
+    pub fn new(schema: &Schema, program: &mut Program) -> SchemaCheck {
+        let mut paths: Vec<(&String, &SchemaType)> = schema.fields.iter().collect();
+        paths.sort_by_key(|(path, _)| *path);
+        let mut fields = Vec::new();
+        for (path, &declared) in paths {
+            // A top-level `any` admits everything; a dotted one still needs objects on its way.
+            if declared == SchemaType::Any && !path.contains('.') {
+                continue;
+            }
+            let segments: Box<[Box<str>]> = path.split('.').map(Box::from).collect();
+            let slot_path: Vec<PathSeg> = segments.iter().map(|s| PathSeg::Key(s.clone())).collect();
+            let slot = program.slot_for(&slot_path);
+            fields.push(DeclaredField { path: path.as_str().into(), segments, declared, slot });
+        }
+        SchemaCheck { fields }
+    }
+
+    /// Checks the declared fields in `slots` (filled from `root` by the program
+    /// given to [`SchemaCheck::new`]).
+    #[inline]
+    pub fn check(&self, slots: &[SlotValue<'_>], root: &Value<'_>) -> Result<(), InputError> {
+        for f in &self.fields {
+            match slots.get(f.slot as usize) {
+                Some(Ok(v)) if f.declared.admits(v) => {}
+                // A wrong type, or a path that runs through a non-object: the walk names which.
+                _ => f.walk(root)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The same check without slots: each declared path walked from the root
+    /// (the reference the property tests hold [`SchemaCheck::check`] to).
+    pub fn check_reference(&self, root: &Value<'_>) -> Result<(), InputError> {
+        self.fields.iter().try_for_each(|f| f.walk(root))
+    }
+}
+
+impl DeclaredField {
+    fn walk(&self, root: &Value<'_>) -> Result<(), InputError> {
+        let mut v = *root;
+        for (i, seg) in self.segments.iter().enumerate() {
+            v = match v {
+                Value::Object(o) => o.get(seg).unwrap_or(Value::Nil),
+                Value::Nil => return Ok(()),
+                // `a.b` is declared, so `a` must be an object when present.
+                other => {
+                    let path = self.segments[..i].join(".");
+                    return Err(mismatch(path, SchemaType::Object, &other));
+                }
+            };
+        }
+        if self.declared.admits(&v) {
+            Ok(())
+        } else {
+            Err(mismatch(self.path.to_string(), self.declared, &v))
+        }
+    }
+}
+
+fn mismatch(path: String, declared: SchemaType, v: &Value<'_>) -> InputError {
+    let actual = match v.type_of() {
+        Type::Nil => "null",
+        Type::Bool => "boolean",
+        Type::Float if declared == SchemaType::Integer => "float",
+        Type::Int | Type::Float => "number",
+        Type::Str => "string",
+        Type::Array => "array",
+        Type::Object => "object",
+    };
+    InputError::SchemaMismatch { path, declared: declared.name(), actual }
+}
 
 /// Per-thread buffers, reused so that a decision allocates nothing to parse.
 struct Scratch {

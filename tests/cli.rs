@@ -331,6 +331,64 @@ fn decide_non_object_input_exits_2() {
     }
 }
 
+/// A rate-limit gate with a schema: `burst_10s: "lots"` must not reach the default `allow`.
+fn gate(dir: &Path) -> PathBuf {
+    write(
+        dir,
+        "gate.json",
+        r#"{"schema": {"burst_10s": "number"}, "default": {"allow": true},
+            "rules": [{"id": "deny_burst", "condition": "burst_10s > 100", "action": {"allow": false}}]}"#,
+    )
+}
+
+#[test]
+fn decide_schema_mismatch_exits_2_with_the_field_and_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = gate(dir.path());
+    let o = clef(&["decide", s(&table)], Some(br#"{"burst_10s": "lots"}"#));
+    assert_eq!(code(&o), 2, "{}", describe(&o));
+    assert!(out(&o).trim().is_empty(), "no decision on stdout: {}", describe(&o));
+    assert_eq!(
+        err(&o).trim_end(),
+        r#"error: schema_mismatch: stdin: field "burst_10s" must be a number (schema), got a string"#
+    );
+    let o = clef(&["decide", s(&table)], Some(br#"{"burst_10s": 500}"#));
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    assert_eq!(one_object(&o)["rule_id"], json!("deny_burst"));
+}
+
+#[test]
+fn test_reports_a_stored_input_the_schema_rejects_as_that_test_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = gate(dir.path());
+    write(
+        dir.path(),
+        "gate.tests.json",
+        r#"[{"name": "burst", "input": {"burst_10s": 500}, "expect": {"rule_id": "deny_burst"}},
+            {"name": "typo", "input": {"burst_10s": "500"}, "expect": {"rule_id": "deny_burst"}},
+            {"name": "quiet", "input": {"burst_10s": 3}, "expect": {"matched": false}}]"#,
+    );
+    let o = clef(&["test", s(&table)], None);
+    assert_eq!(code(&o), 1, "{}", describe(&o));
+    let text = out(&o);
+    assert!(text.contains("FAIL gate: typo"), "{text}");
+    assert!(
+        text.contains(r#"error: schema_mismatch: field "burst_10s" must be a number (schema), got a string"#),
+        "{text}"
+    );
+    assert!(text.contains("2 passed, 1 failed"), "the other tests still run: {text}");
+}
+
+#[test]
+fn bench_schema_mismatch_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = gate(dir.path());
+    let input = write(dir.path(), "in.json", r#"{"burst_10s": "lots"}"#);
+    let o = clef(&["bench", s(&table), s(&input), "-n", "10"], None);
+    assert_eq!(code(&o), 2, "{}", describe(&o));
+    assert!(err(&o).contains("schema_mismatch"), "{}", describe(&o));
+}
+
 /// `levels` nested objects: the top-level object is level 1.
 fn nested_objects(levels: usize) -> Vec<u8> {
     let mut s = "{\"a\":".repeat(levels - 1);

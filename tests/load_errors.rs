@@ -229,6 +229,24 @@ fn cases() -> Vec<Case> {
             fragment: "amount",
         },
         Case {
+            name: "schema_path_inside_a_scalar",
+            // the key "a.b" at col 28: `a` is declared a string, so no input has `a.b`
+            text: "{\"schema\": {\"a\": \"string\", \"a.b\": \"number\"}, \"rules\": [\n  {\"id\": \"r\", \"condition\": \"a == \\\"x\\\"\", \"action\": {}}\n]}\n"
+                .into(),
+            line: 1,
+            col: 28,
+            fragment: "only an object can hold it",
+        },
+        Case {
+            name: "schema_empty_path_segment",
+            // the key "a..b" at col 13
+            text: "{\"schema\": {\"a..b\": \"number\", \"c\": \"string\"}, \"rules\": [\n  {\"id\": \"r\", \"condition\": \"c == \\\"x\\\"\", \"action\": {}}\n]}\n"
+                .into(),
+            line: 1,
+            col: 13,
+            fragment: "empty name between dots",
+        },
+        Case {
             name: "nesting_over_64",
             // the 65th `(` is where the limit is passed: col 29 + 64 = 93
             text: rule(&deep),

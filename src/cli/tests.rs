@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
 
+use crate::input::InputError;
 use crate::table::{Limits, Table};
 
 /// One stored test.
@@ -26,10 +27,19 @@ pub struct TableTest {
 pub struct TestOutcome {
     /// which test
     pub test: TableTest,
-    /// the differences found (`(key, expected, actual)`); empty means it passed
+    /// the differences found (`(key, expected, actual)`)
     pub diffs: Vec<(String, Json, Json)>,
+    /// why the input got no decision (it does not match the table's schema, say)
+    pub error: Option<InputError>,
     /// the rule that matched
     pub matched_rule: Option<usize>,
+}
+
+impl TestOutcome {
+    /// Whether the test passed: a decision, as expected.
+    pub fn passed(&self) -> bool {
+        self.diffs.is_empty() && self.error.is_none()
+    }
 }
 
 /// The sibling test file of a table: `dir/NAME.tests.json`.
@@ -94,8 +104,9 @@ pub fn run_test(table: &Table, test: &TableTest) -> TestOutcome {
     let body = test.input.to_string();
     let mut diffs = Vec::new();
     let mut matched_rule = None;
+    let mut error = None;
     match table.decide(body.as_bytes(), false) {
-        Err(e) => diffs.push(("input".to_string(), Json::String("a valid input".into()), Json::String(e.to_string()))),
+        Err(e) => error = Some(e),
         Ok(d) => {
             matched_rule = d.rule;
             let actual_action: Json = serde_json::from_str(table.action_json(&d)).unwrap_or(Json::Null);
@@ -112,7 +123,7 @@ pub fn run_test(table: &Table, test: &TableTest) -> TestOutcome {
             }
         }
     }
-    TestOutcome { test: test.clone(), diffs, matched_rule }
+    TestOutcome { test: test.clone(), diffs, error, matched_rule }
 }
 
 /// Runs `clef test`; returns the exit code.
@@ -150,11 +161,14 @@ pub fn run(paths: &[PathBuf], coverage: bool) -> i32 {
             if let Some(r) = outcome.matched_rule {
                 reached.insert(r);
             }
-            if outcome.diffs.is_empty() {
+            if outcome.passed() {
                 table_passed += 1;
             } else {
                 table_failed += 1;
                 println!("FAIL {}: {} ({})", table.name, test.name, test.source);
+                if let Some(e) = &outcome.error {
+                    println!("  error: {}: {e}", e.code());
+                }
                 for (key, expected, actual) in &outcome.diffs {
                     println!("  - {key}: {expected}");
                     println!("  + {key}: {actual}");

@@ -22,7 +22,7 @@ use bumpalo::Bump;
 use rustc_hash::FxHashMap;
 
 pub use ast::{Expr, Span};
-pub use check::{Schema, TypeSet};
+pub use check::{Schema, SchemaType, TypeSet};
 pub use compile::Program;
 pub use ops::EvalError;
 pub use value::{Const, Type, Value};
@@ -79,9 +79,9 @@ impl Default for Env {
 pub fn parse_checked(src: &str, env: &Env, as_condition: bool) -> Result<Expr, ExprError> {
     let expr = parser::parse(src, env.max_depth)?;
     if as_condition {
-        check::check_condition(&expr, &env.params, env.schema.as_ref())?;
+        check::check_condition(&expr, env)?;
     } else {
-        check::check_expr(&expr, &env.params, env.schema.as_ref())?;
+        check::check_expr(&expr, env)?;
     }
     Ok(expr)
 }

@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use super::rules::{Rule, RuleEngine};
 use super::Limits;
 use crate::diagnostic::{json_string_offset, Diagnostic};
-use crate::expr::check::{Schema, TypeSet, SCHEMA_TYPE_NAMES};
+use crate::expr::check::Schema;
 use crate::expr::{parse_checked, Const, Env, ExprError};
 use crate::suggest::did_you_mean;
 
@@ -110,7 +110,7 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Je
         return Err(p.diags);
     }
     let labels: Vec<String> = rules.iter().map(|r| format!("rule \"{}\"", r.id)).collect();
-    match RuleEngine::new(rules, default, env.params, limits.regex_size_limit) {
+    match RuleEngine::new(rules, default, env.params, env.schema.as_ref(), limits.regex_size_limit) {
         Ok(engine) => Ok((engine, meta)),
         Err((i, e)) => {
             p.in_condition(condition_raws[i], &e, &labels[i]);
@@ -195,13 +195,15 @@ impl<'s> Loader<'s> {
             }
         };
         let mut schema = Schema::default();
-        for (field, t) in fields {
+        for (field, t) in &fields {
             let name: Option<String> = serde_json::from_str(t.get()).ok();
-            match name.as_deref().and_then(TypeSet::from_schema_name) {
-                Some(ts) => {
-                    schema.fields.insert(field, ts);
-                }
-                None => self.at(t, format!("schema type of \"{field}\" must be one of {SCHEMA_TYPE_NAMES}")),
+            if let Err(message) = schema.declare(field, name.as_deref().unwrap_or_default()) {
+                self.at(t, message);
+            }
+        }
+        for (path, message) in schema.path_problems() {
+            if let Some(t) = fields.get(path) {
+                self.at_key(t, path, message);
             }
         }
         Some(schema)
