@@ -321,6 +321,21 @@ fn decide_invalid_json_input_exits_2() {
 }
 
 #[test]
+fn decide_invalid_json_input_says_what_in_plain_words() {
+    let table = tables().join("risk.json");
+    for (body, said) in [
+        (&b""[..], "invalid JSON at byte 0: the body is empty"),
+        (b"  \n", "invalid JSON at byte 0: the body is empty"),
+        (b"{1: 2}", "invalid JSON at byte 1: expected a key in double quotes or `}`, found `1`"),
+        (b"{\"a\": 1,\n}", "invalid JSON at byte 7: trailing comma before `}`"),
+    ] {
+        let o = clef(&["decide", s(&table)], Some(body));
+        assert_eq!(code(&o), 2, "{}", describe(&o));
+        assert_eq!(err(&o).trim_end(), format!("error: invalid_json: stdin: {said}"), "{}", describe(&o));
+    }
+}
+
+#[test]
 fn decide_non_object_input_exits_2() {
     let table = tables().join("risk.json");
     for body in [&b"[1, 2]"[..], b"[]", b"\"text\"", b"42", b"null"] {
