@@ -44,6 +44,22 @@ fn cases() -> Vec<Case> {
             fragment: "invalid JSON",
         },
         Case {
+            name: "trailing_comma_in_array",
+            // the comma after the last rule, at the end of line 2 (col 49), not the `]` below
+            text: "[\n  {\"id\": \"a\", \"condition\": \"true\", \"action\": {}},\n]\n".into(),
+            line: 2,
+            col: 49,
+            fragment: "trailing comma before `]`",
+        },
+        Case {
+            name: "trailing_comma_in_object",
+            // serde_json, skipping the rule, says "key must be a string" at the `}` on line 3
+            text: "{\"rules\": [\n  {\"id\": \"a\", \"condition\": \"true\", \"action\": {},\n  }\n]}\n".into(),
+            line: 2,
+            col: 48,
+            fragment: "trailing comma before `}`",
+        },
+        Case {
             name: "truncated_file",
             text: "[\n  {\"id\": \"a\", \"condition\": \"true\", \"action\": {}}\n".into(),
             line: 3,
@@ -421,4 +437,47 @@ fn schema_mismatch_message_names_the_declared_type() {
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     let first = stderr.lines().next().unwrap_or("");
     assert!(first.contains("string"), "the message should name tier's declared type: {first}");
+}
+
+#[test]
+fn a_broken_declaration_is_reported_once() {
+    // Each table has one mistake; the conditions that use what it declares must
+    // not add a second error ("unknown parameter", "not declared in the schema").
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text, fragment) in [
+        (
+            "misspelt_value",
+            "{\"params\": {\"max\": {\"valeu\": 3}},\n \"rules\": [{\"id\": \"a\", \"condition\": \"x > params.max\", \"action\": {}}]}\n",
+            "did you mean \"value\"",
+        ),
+        (
+            "bare_value",
+            "{\"params\": {\"max\": 3},\n \"rules\": [{\"id\": \"a\", \"condition\": \"x > params.max\", \"action\": {}}]}\n",
+            "must be an object such as {\"value\": 0.05}",
+        ),
+        (
+            "no_value",
+            "{\"params\": {\"max\": {\"min\": 1}},\n \"rules\": [{\"id\": \"a\", \"condition\": \"x > params.max\", \"action\": {}}]}\n",
+            "has no \"value\"",
+        ),
+        (
+            "schema_type",
+            "{\"schema\": {\"x\": \"numbr\"},\n \"rules\": [{\"id\": \"a\", \"condition\": \"x > 1\", \"action\": {}}]}\n",
+            "must be one of",
+        ),
+    ] {
+        let path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, text).unwrap();
+        let o = check(&path);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{name}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.contains(": error: ")).collect();
+        assert_eq!(errors.len(), 1, "{name}: one problem, one error:\n{stderr}");
+        assert!(errors[0].contains(fragment), "{name}: {stderr}");
+    }
+    // A parameter nobody declared is still an error.
+    let path = dir.path().join("undeclared.json");
+    std::fs::write(&path, "{\"params\": {\"max\": {\"valeu\": 3}},\n \"rules\": [{\"id\": \"a\", \"condition\": \"x > params.min\", \"action\": {}}]}\n").unwrap();
+    let stderr = String::from_utf8_lossy(&check(&path).stderr).into_owned();
+    assert!(stderr.contains("unknown parameter `min`"), "{stderr}");
 }

@@ -263,6 +263,8 @@ impl Checker<'_> {
             ExprKind::Field(name) => Abstract::of(self.field_types(std::slice::from_ref(name), e.span)?),
             ExprKind::Param(name) => match self.env.params.get(name) {
                 Some(c) => lit(c.clone()),
+                // Its declaration is wrong and reported: say nothing more here.
+                None if self.env.broken_params.contains(name) => Abstract::any(),
                 None => return Err(self.unknown_param(name, e.span)),
             },
             ExprKind::Access(base, steps) => self.access(base, steps)?,

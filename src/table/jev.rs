@@ -66,7 +66,7 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Je
             env.schema = p.schema(v);
         }
         if let Some(v) = fields.get("params") {
-            env.params = p.params(v);
+            p.params(v, &mut env);
             meta.params = p.parse_as(v, "\"params\"");
         }
         if let Some(v) = fields.get("default") {
@@ -119,6 +119,41 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Je
     }
 }
 
+/// A JSON syntax error of a file, positioned with a caret. serde_json reports
+/// a trailing comma at the bracket after it (as "trailing comma", or, when it
+/// skips values, as "key must be a string" or "expected value"): it is
+/// reported at the comma, as "trailing comma".
+pub fn json_error(path: &str, source: &str, e: &serde_json::Error) -> Diagnostic {
+    let offset = line_col_offset(source, e.line(), e.column());
+    let bytes = source.as_bytes();
+    if let Some(&close) = bytes.get(offset).filter(|b| matches!(b, b'}' | b']')) {
+        let before = bytes[..offset].iter().rposition(|b| !b.is_ascii_whitespace());
+        if let Some(comma) = before.filter(|&i| bytes[i] == b',') {
+            let message = format!("trailing comma before `{}`: JSON allows none here; remove it", close as char);
+            return Diagnostic::at_offset(path, source, comma, 1, message);
+        }
+    }
+    let msg = e.to_string();
+    let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+    let msg = match e.classify() {
+        serde_json::error::Category::Eof => format!("the file ends too early ({msg}); is a bracket or quote missing?"),
+        _ => format!("invalid JSON: {msg}"),
+    };
+    Diagnostic::at_line_col(path, source, e.line().max(1), e.column().max(1), msg)
+}
+
+/// The byte offset of serde_json's 1-based line and byte column.
+fn line_col_offset(source: &str, line: usize, column: usize) -> usize {
+    let mut offset = 0;
+    for (i, l) in source.split_inclusive('\n').enumerate() {
+        if i + 1 == line.max(1) {
+            return offset + column.saturating_sub(1).min(l.len());
+        }
+        offset += l.len();
+    }
+    source.len()
+}
+
 struct Loader<'s> {
     path: &'s str,
     source: &'s str,
@@ -147,15 +182,7 @@ impl<'s> Loader<'s> {
     }
 
     fn serde_error(&self, e: &serde_json::Error) -> Diagnostic {
-        let msg = e.to_string();
-        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-        let msg = match e.classify() {
-            serde_json::error::Category::Eof => {
-                format!("the file ends too early ({msg}); is a bracket or quote missing?")
-            }
-            _ => format!("invalid JSON: {msg}"),
-        };
-        Diagnostic::at_line_col(self.path, self.source, e.line().max(1), e.column().max(1), msg)
+        json_error(self.path, self.source, e)
     }
 
     fn parse_as<T: serde::Deserialize<'s>>(&mut self, raw: &'s RawValue, what: &str) -> Option<T> {
@@ -209,31 +236,40 @@ impl<'s> Loader<'s> {
         Some(schema)
     }
 
-    fn params(&mut self, raw: &'s RawValue) -> FxHashMap<String, Const> {
-        let mut out = FxHashMap::default();
-        let Some(decls) = self.parse_as::<BTreeMap<String, &RawValue>>(raw, "\"params\"") else { return out };
+    /// Reads `params` into `env`. A declaration with a problem is reported
+    /// once, here: its name goes to `env.broken_params`, so that conditions
+    /// using it do not add an "unknown parameter" error.
+    fn params(&mut self, raw: &'s RawValue, env: &mut Env) {
+        let Some(decls) = self.parse_as::<BTreeMap<String, &RawValue>>(raw, "\"params\"") else { return };
         for (name, decl) in decls {
             let fields: Option<BTreeMap<String, &RawValue>> = serde_json::from_str(decl.get()).ok();
             let Some(fields) = fields else {
                 self.at(decl, format!("parameter \"{name}\" must be an object such as {{\"value\": 0.05}}"));
+                env.broken_params.insert(name);
                 continue;
             };
+            let mut misspelt_value = false;
             for (k, v) in &fields {
                 if !PARAM_KEYS.contains(&k.as_str()) {
-                    let hint = did_you_mean(k, PARAM_KEYS.iter().copied())
-                        .map(|s| format!("; did you mean \"{s}\"?"))
-                        .unwrap_or_default();
+                    let suggestion = did_you_mean(k, PARAM_KEYS.iter().copied());
+                    misspelt_value |= suggestion == Some("value");
+                    let hint = suggestion.map(|s| format!("; did you mean \"{s}\"?")).unwrap_or_default();
                     self.at_key(v, k, format!("unknown key \"{k}\" in parameter \"{name}\"{hint}"));
                 }
             }
             match fields.get("value").map(|v| serde_json::from_str::<serde_json::Value>(v.get())) {
                 Some(Ok(v)) => {
-                    out.insert(name, Const::from_json(&v));
+                    env.params.insert(name, Const::from_json(&v));
                 }
-                _ => self.at(decl, format!("parameter \"{name}\" has no \"value\"")),
+                _ => {
+                    // A misspelt "value" is already reported, with its fix.
+                    if !misspelt_value {
+                        self.at(decl, format!("parameter \"{name}\" has no \"value\""));
+                    }
+                    env.broken_params.insert(name);
+                }
             }
         }
-        out
     }
 
     fn default_action(&mut self, raw: &RawValue) -> Option<serde_json::Value> {
