@@ -533,6 +533,9 @@ fn check_example_tables_is_clean() {
     let o = clef(&["check", "tables"], None);
     assert_eq!(code(&o), 0, "{}", describe(&o));
     assert!(!err(&o).contains("error:"), "{}", describe(&o));
+    // Every table and its tests file.
+    let files = std::fs::read_dir(tables()).unwrap().filter(|e| e.as_ref().unwrap().path().is_file()).count();
+    assert_eq!(out(&o).lines().last(), Some(format!("checked {files} files: {files} ok, 0 with errors").as_str()));
 }
 
 #[test]
@@ -574,6 +577,50 @@ fn check_reports_every_problem_of_one_file() {
     assert!(e.contains(&format!("{p}:3:32: error:")), "{e}");
     assert!(e.contains(&format!("{p}:4:46: error:")), "{e}");
     assert!(e.contains(&format!("{p}:5:29: error:")), "{e}");
+}
+
+#[test]
+fn check_reads_tests_files_too_and_ends_with_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = r#"{"rules": [{"id": "big", "condition": "n > 5", "action": {"v": 1}},
+                             {"id": "old", "condition": "n > 9", "action": {"v": 2}, "enabled": false}]}"#;
+    write(dir.path(), "good.json", table);
+    write(dir.path(), "good.tests.json", r#"[{"name": "big", "input": {"n": 6}, "expect": {"rule_id": "big"}}]"#);
+    write(dir.path(), "comma.json", table);
+    // A trailing comma: `clef check` used to say ok while `clef test` failed.
+    let comma = write(
+        dir.path(),
+        "comma.tests.json",
+        "[\n  {\"name\": \"big\", \"input\": {\"n\": 6}, \"expect\": {\"rule_id\": \"big\"}},\n]\n",
+    );
+    write(dir.path(), "ids.json", table);
+    let ids = write(
+        dir.path(),
+        "ids.tests.json",
+        "[{\"name\": \"typo\", \"input\": {}, \"expect\": {\"rule_id\": \"bgi\"}},\n {\"name\": \"off\", \"input\": {\"n\": 10}, \"expect\": {\"rule_id\": \"old\"}}]\n",
+    );
+
+    let o = clef(&["check", s(dir.path())], None);
+    assert_eq!(code(&o), 1, "{}", describe(&o));
+    let e = err(&o);
+    assert!(e.contains(&format!("{}:2:67: error: trailing comma before `]`", s(&comma))), "{e}");
+    assert!(e.contains(&format!("{}:1:54: error: test \"typo\": the table has no rule \"bgi\"", s(&ids))), "{e}");
+    assert!(e.contains(&format!("{}:2:60: error: test \"off\": rule \"old\" is disabled", s(&ids))), "{e}");
+    let text = out(&o);
+    assert!(text.contains("good.tests.json: ok (1 tests for table \"good\")"), "{text}");
+    assert_eq!(text.lines().last(), Some("checked 6 files: 4 ok, 2 with errors"), "{text}");
+
+    // `clef test` reads tests files with the same loader: the same diagnostics.
+    let o = clef(&["test", s(dir.path())], None);
+    assert_eq!(code(&o), 1, "{}", describe(&o));
+    assert!(err(&o).contains(&format!("{}:2:67: error: trailing comma before `]`", s(&comma))), "{}", describe(&o));
+    assert!(err(&o).contains("the table has no rule \"bgi\""), "{}", describe(&o));
+
+    // A tests file named on its own is checked against its table.
+    let o = clef(&["check", s(&ids)], None);
+    assert_eq!(code(&o), 1, "{}", describe(&o));
+    assert!(err(&o).contains("the table has no rule \"bgi\""), "{}", describe(&o));
+    assert_eq!(out(&o).lines().last(), Some("checked 1 file: 0 ok, 1 with errors"), "{}", describe(&o));
 }
 
 // ---------------------------------------------------------------------------

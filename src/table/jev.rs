@@ -36,7 +36,7 @@ const PARAM_KEYS: &[&str] = &["value", "min", "max", "step", "tunable", "descrip
 
 /// Reads a Jev table's source into a compiled engine.
 pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, JevMeta), Vec<Diagnostic>> {
-    let mut p = Loader { path, source, diags: Vec::new() };
+    let mut p = Loader::new(path, source);
     let top: &RawValue = match serde_json::from_str(source) {
         Ok(v) => v,
         Err(e) => return Err(vec![p.serde_error(&e)]),
@@ -154,27 +154,40 @@ fn line_col_offset(source: &str, line: usize, column: usize) -> usize {
     source.len()
 }
 
-struct Loader<'s> {
+/// Reads JSON values of one file and collects diagnostics positioned at them:
+/// a `RawValue` borrowed from `source` knows where it is. The tests files of
+/// `clef test` and `clef check` are read with it too.
+pub(crate) struct Loader<'s> {
     path: &'s str,
     source: &'s str,
-    diags: Vec<Diagnostic>,
+    pub(crate) diags: Vec<Diagnostic>,
 }
 
 impl<'s> Loader<'s> {
+    pub(crate) fn new(path: &'s str, source: &'s str) -> Loader<'s> {
+        Loader { path, source, diags: Vec::new() }
+    }
+
+    /// The file, as diagnostics name it.
+    pub(crate) fn path(&self) -> &'s str {
+        self.path
+    }
+
     fn offset(&self, raw: &RawValue) -> usize {
         let start = raw.get().as_ptr() as usize;
         let base = self.source.as_ptr() as usize;
         start.saturating_sub(base).min(self.source.len())
     }
 
-    fn at(&mut self, raw: &RawValue, message: String) {
+    /// An error at `raw` (which must be borrowed from the source).
+    pub(crate) fn at(&mut self, raw: &RawValue, message: String) {
         let off = self.offset(raw);
         let width = raw.get().find('\n').unwrap_or(raw.get().len()).min(40);
         self.diags.push(Diagnostic::at_offset(self.path, self.source, off, width, message));
     }
 
-    /// Points at the key written before `value`.
-    fn at_key(&mut self, value: &RawValue, key: &str, message: String) {
+    /// An error at the key written before `value`.
+    pub(crate) fn at_key(&mut self, value: &RawValue, key: &str, message: String) {
         let off = self.offset(value);
         let quoted = serde_json::to_string(key).unwrap_or_default();
         let key_off = self.source[..off].rfind(&quoted).unwrap_or(off);
