@@ -261,8 +261,8 @@ fn decide_explain_without_match_lists_only_failures() {
 
 #[test]
 fn decide_explain_reason_quotes_a_whole_sub_expression() {
-    // BUG: the reason for a failed rule whose false sub-expression starts with a
-    // parenthesis loses that parenthesis: `(n ?? 0) > 5` is shown as `n ?? 0) > 5`.
+    // A false sub-expression that starts with a parenthesis is quoted whole:
+    // `(n ?? 0) > 5`, not `n ?? 0) > 5`.
     let dir = tempfile::tempdir().unwrap();
     let table = write(
         dir.path(),

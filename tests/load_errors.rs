@@ -403,10 +403,8 @@ fn a_long_chain_of_binary_operators_is_not_nesting() {
 
 #[test]
 fn every_problem_of_a_file_is_reported() {
-    // BUG (at commit 9a9c62b): invalid regexes are only found when the rule engine is
-    // built, after every other check, so with another error in the file they are not
-    // reported at all, and of two invalid regexes only the first is (SPEC §2: "print
-    // every problem"). The uncommitted regex check in src/expr/check.rs fixes it.
+    // SPEC §2, "print every problem": invalid regexes are found with the other
+    // load-time checks, so both are reported next to the other errors of the file.
     let dir = tempfile::tempdir().unwrap();
     let text = "[\n  {\"id\": \"a\", \"condition\": \"x ~ \\\"(ab\\\"\", \"action\": {}},\n  {\"id\": \"b\", \"condition\": \"y matches \\\"[z\\\"\", \"action\": {}},\n  {\"id\": \"c\", \"condition\": \"lenght(y)\", \"action\": {}},\n  {\"condition\": \"true\", \"action\": {}}\n]\n";
     let path = dir.path().join("many.json");
@@ -422,9 +420,8 @@ fn every_problem_of_a_file_is_reported() {
 
 #[test]
 fn schema_mismatch_message_names_the_declared_type() {
-    // BUG: for `tier > 1` with `"tier": "string"` in the schema the message reads
-    // "`>` cannot be applied to nil and int, whatever the input": it names nil, not
-    // the declared type, so it does not say what is wrong (SPEC §2 diagnostics).
+    // For `tier > 1` with `"tier": "string"` in the schema, the message names the
+    // declared type, not the nil a missing field reads as (SPEC §2 diagnostics).
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("schema.json");
     std::fs::write(
