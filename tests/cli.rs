@@ -261,8 +261,8 @@ fn decide_explain_without_match_lists_only_failures() {
 
 #[test]
 fn decide_explain_reason_quotes_a_whole_sub_expression() {
-    // BUG: the reason for a failed rule whose false sub-expression starts with a
-    // parenthesis loses that parenthesis: `(n ?? 0) > 5` is shown as `n ?? 0) > 5`.
+    // A false sub-expression that starts with a parenthesis is quoted whole:
+    // `(n ?? 0) > 5`, not `n ?? 0) > 5`.
     let dir = tempfile::tempdir().unwrap();
     let table = write(
         dir.path(),
@@ -321,6 +321,21 @@ fn decide_invalid_json_input_exits_2() {
 }
 
 #[test]
+fn decide_invalid_json_input_says_what_in_plain_words() {
+    let table = tables().join("risk.json");
+    for (body, said) in [
+        (&b""[..], "invalid JSON at byte 0: the body is empty"),
+        (b"  \n", "invalid JSON at byte 0: the body is empty"),
+        (b"{1: 2}", "invalid JSON at byte 1: expected a key in double quotes or `}`, found `1`"),
+        (b"{\"a\": 1,\n}", "invalid JSON at byte 7: trailing comma before `}`"),
+    ] {
+        let o = clef(&["decide", s(&table)], Some(body));
+        assert_eq!(code(&o), 2, "{}", describe(&o));
+        assert_eq!(err(&o).trim_end(), format!("error: invalid_json: stdin: {said}"), "{}", describe(&o));
+    }
+}
+
+#[test]
 fn decide_non_object_input_exits_2() {
     let table = tables().join("risk.json");
     for body in [&b"[1, 2]"[..], b"[]", b"\"text\"", b"42", b"null"] {
@@ -329,6 +344,64 @@ fn decide_non_object_input_exits_2() {
         assert!(err(&o).contains("not_an_object"), "{}", describe(&o));
         assert!(out(&o).trim().is_empty(), "{}", describe(&o));
     }
+}
+
+/// A rate-limit gate with a schema: `burst_10s: "lots"` must not reach the default `allow`.
+fn gate(dir: &Path) -> PathBuf {
+    write(
+        dir,
+        "gate.json",
+        r#"{"schema": {"burst_10s": "number"}, "default": {"allow": true},
+            "rules": [{"id": "deny_burst", "condition": "burst_10s > 100", "action": {"allow": false}}]}"#,
+    )
+}
+
+#[test]
+fn decide_schema_mismatch_exits_2_with_the_field_and_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = gate(dir.path());
+    let o = clef(&["decide", s(&table)], Some(br#"{"burst_10s": "lots"}"#));
+    assert_eq!(code(&o), 2, "{}", describe(&o));
+    assert!(out(&o).trim().is_empty(), "no decision on stdout: {}", describe(&o));
+    assert_eq!(
+        err(&o).trim_end(),
+        r#"error: schema_mismatch: stdin: field "burst_10s" must be a number (schema), got a string"#
+    );
+    let o = clef(&["decide", s(&table)], Some(br#"{"burst_10s": 500}"#));
+    assert_eq!(code(&o), 0, "{}", describe(&o));
+    assert_eq!(one_object(&o)["rule_id"], json!("deny_burst"));
+}
+
+#[test]
+fn test_reports_a_stored_input_the_schema_rejects_as_that_test_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = gate(dir.path());
+    write(
+        dir.path(),
+        "gate.tests.json",
+        r#"[{"name": "burst", "input": {"burst_10s": 500}, "expect": {"rule_id": "deny_burst"}},
+            {"name": "typo", "input": {"burst_10s": "500"}, "expect": {"rule_id": "deny_burst"}},
+            {"name": "quiet", "input": {"burst_10s": 3}, "expect": {"matched": false}}]"#,
+    );
+    let o = clef(&["test", s(&table)], None);
+    assert_eq!(code(&o), 1, "{}", describe(&o));
+    let text = out(&o);
+    assert!(text.contains("FAIL gate: typo"), "{text}");
+    assert!(
+        text.contains(r#"error: schema_mismatch: field "burst_10s" must be a number (schema), got a string"#),
+        "{text}"
+    );
+    assert!(text.contains("2 passed, 1 failed"), "the other tests still run: {text}");
+}
+
+#[test]
+fn bench_schema_mismatch_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = gate(dir.path());
+    let input = write(dir.path(), "in.json", r#"{"burst_10s": "lots"}"#);
+    let o = clef(&["bench", s(&table), s(&input), "-n", "10"], None);
+    assert_eq!(code(&o), 2, "{}", describe(&o));
+    assert!(err(&o).contains("schema_mismatch"), "{}", describe(&o));
 }
 
 /// `levels` nested objects: the top-level object is level 1.
@@ -460,6 +533,9 @@ fn check_example_tables_is_clean() {
     let o = clef(&["check", "tables"], None);
     assert_eq!(code(&o), 0, "{}", describe(&o));
     assert!(!err(&o).contains("error:"), "{}", describe(&o));
+    // Every table and its tests file.
+    let files = std::fs::read_dir(tables()).unwrap().filter(|e| e.as_ref().unwrap().path().is_file()).count();
+    assert_eq!(out(&o).lines().last(), Some(format!("checked {files} files: {files} ok, 0 with errors").as_str()));
 }
 
 #[test]
@@ -501,6 +577,50 @@ fn check_reports_every_problem_of_one_file() {
     assert!(e.contains(&format!("{p}:3:32: error:")), "{e}");
     assert!(e.contains(&format!("{p}:4:46: error:")), "{e}");
     assert!(e.contains(&format!("{p}:5:29: error:")), "{e}");
+}
+
+#[test]
+fn check_reads_tests_files_too_and_ends_with_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = r#"{"rules": [{"id": "big", "condition": "n > 5", "action": {"v": 1}},
+                             {"id": "old", "condition": "n > 9", "action": {"v": 2}, "enabled": false}]}"#;
+    write(dir.path(), "good.json", table);
+    write(dir.path(), "good.tests.json", r#"[{"name": "big", "input": {"n": 6}, "expect": {"rule_id": "big"}}]"#);
+    write(dir.path(), "comma.json", table);
+    // A trailing comma: `clef check` used to say ok while `clef test` failed.
+    let comma = write(
+        dir.path(),
+        "comma.tests.json",
+        "[\n  {\"name\": \"big\", \"input\": {\"n\": 6}, \"expect\": {\"rule_id\": \"big\"}},\n]\n",
+    );
+    write(dir.path(), "ids.json", table);
+    let ids = write(
+        dir.path(),
+        "ids.tests.json",
+        "[{\"name\": \"typo\", \"input\": {}, \"expect\": {\"rule_id\": \"bgi\"}},\n {\"name\": \"off\", \"input\": {\"n\": 10}, \"expect\": {\"rule_id\": \"old\"}}]\n",
+    );
+
+    let o = clef(&["check", s(dir.path())], None);
+    assert_eq!(code(&o), 1, "{}", describe(&o));
+    let e = err(&o);
+    assert!(e.contains(&format!("{}:2:67: error: trailing comma before `]`", s(&comma))), "{e}");
+    assert!(e.contains(&format!("{}:1:54: error: test \"typo\": the table has no rule \"bgi\"", s(&ids))), "{e}");
+    assert!(e.contains(&format!("{}:2:60: error: test \"off\": rule \"old\" is disabled", s(&ids))), "{e}");
+    let text = out(&o);
+    assert!(text.contains("good.tests.json: ok (1 tests for table \"good\")"), "{text}");
+    assert_eq!(text.lines().last(), Some("checked 6 files: 4 ok, 2 with errors"), "{text}");
+
+    // `clef test` reads tests files with the same loader: the same diagnostics.
+    let o = clef(&["test", s(dir.path())], None);
+    assert_eq!(code(&o), 1, "{}", describe(&o));
+    assert!(err(&o).contains(&format!("{}:2:67: error: trailing comma before `]`", s(&comma))), "{}", describe(&o));
+    assert!(err(&o).contains("the table has no rule \"bgi\""), "{}", describe(&o));
+
+    // A tests file named on its own is checked against its table.
+    let o = clef(&["check", s(&ids)], None);
+    assert_eq!(code(&o), 1, "{}", describe(&o));
+    assert!(err(&o).contains("the table has no rule \"bgi\""), "{}", describe(&o));
+    assert_eq!(out(&o).lines().last(), Some("checked 1 file: 0 ok, 1 with errors"), "{}", describe(&o));
 }
 
 // ---------------------------------------------------------------------------

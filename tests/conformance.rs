@@ -1,7 +1,7 @@
 //! The conformance table of SPEC §3/§11: every operator and semantic rule,
 //! checked through both the optimized compiler/evaluator and the reference evaluator.
 
-use clef::expr::check::{Schema, TypeSet};
+use clef::expr::check::Schema;
 use clef::expr::{Const, Env, Expression};
 use serde_json::Value as Json;
 
@@ -12,7 +12,9 @@ enum Outcome {
     LoadError,
 }
 
-fn env_for(case: &Json) -> Env {
+/// The case's parameters and schema, or the load error they make by themselves
+/// (an unknown schema type): declared through the library, as a table's are.
+fn env_for(case: &Json) -> Result<Env, String> {
     let mut env = Env::default();
     if let Some(params) = case.get("params").and_then(Json::as_object) {
         for (name, decl) in params {
@@ -23,24 +25,21 @@ fn env_for(case: &Json) -> Env {
     if let Some(schema) = case.get("schema").and_then(Json::as_object) {
         let mut s = Schema::default();
         for (field, t) in schema {
-            match t.as_str().and_then(TypeSet::from_schema_name) {
-                Some(ts) => {
-                    s.fields.insert(field.clone(), ts);
-                }
-                // An unknown schema type must be a load error: model it as a failed load.
-                None => return Env { max_depth: 0, ..env },
-            }
+            // A type that is not a string is an unknown type name, as in a table file.
+            s.declare(field, t.as_str().unwrap_or_default())?;
+        }
+        if let Some((_, problem)) = s.path_problems().into_iter().next() {
+            return Err(problem);
         }
         env.schema = Some(s);
     }
-    env
+    Ok(env)
 }
 
 fn run_case(case: &Json) -> (Outcome, Option<Outcome>) {
     let src = case["expr"].as_str().expect("expr");
-    let env = env_for(case);
     let as_condition = case.get("condition").and_then(Json::as_bool).unwrap_or(false);
-    let compiled = if env.max_depth == 0 { None } else { Expression::compile(src, &env, as_condition).ok() };
+    let compiled = env_for(case).ok().and_then(|env| Expression::compile(src, &env, as_condition).ok());
     let Some(expr) = compiled else { return (Outcome::LoadError, None) };
     let input = case.get("input").cloned().unwrap_or(Json::Object(Default::default())).to_string();
     let fast = match expr.evaluate_json(&input).expect("input is an object") {

@@ -44,6 +44,22 @@ fn cases() -> Vec<Case> {
             fragment: "invalid JSON",
         },
         Case {
+            name: "trailing_comma_in_array",
+            // the comma after the last rule, at the end of line 2 (col 49), not the `]` below
+            text: "[\n  {\"id\": \"a\", \"condition\": \"true\", \"action\": {}},\n]\n".into(),
+            line: 2,
+            col: 49,
+            fragment: "trailing comma before `]`",
+        },
+        Case {
+            name: "trailing_comma_in_object",
+            // serde_json, skipping the rule, says "key must be a string" at the `}` on line 3
+            text: "{\"rules\": [\n  {\"id\": \"a\", \"condition\": \"true\", \"action\": {},\n  }\n]}\n".into(),
+            line: 2,
+            col: 48,
+            fragment: "trailing comma before `}`",
+        },
+        Case {
             name: "truncated_file",
             text: "[\n  {\"id\": \"a\", \"condition\": \"true\", \"action\": {}}\n".into(),
             line: 3,
@@ -229,6 +245,24 @@ fn cases() -> Vec<Case> {
             fragment: "amount",
         },
         Case {
+            name: "schema_path_inside_a_scalar",
+            // the key "a.b" at col 28: `a` is declared a string, so no input has `a.b`
+            text: "{\"schema\": {\"a\": \"string\", \"a.b\": \"number\"}, \"rules\": [\n  {\"id\": \"r\", \"condition\": \"a == \\\"x\\\"\", \"action\": {}}\n]}\n"
+                .into(),
+            line: 1,
+            col: 28,
+            fragment: "only an object can hold it",
+        },
+        Case {
+            name: "schema_empty_path_segment",
+            // the key "a..b" at col 13
+            text: "{\"schema\": {\"a..b\": \"number\", \"c\": \"string\"}, \"rules\": [\n  {\"id\": \"r\", \"condition\": \"c == \\\"x\\\"\", \"action\": {}}\n]}\n"
+                .into(),
+            line: 1,
+            col: 13,
+            fragment: "empty name between dots",
+        },
+        Case {
             name: "nesting_over_64",
             // the 65th `(` is where the limit is passed: col 29 + 64 = 93
             text: rule(&deep),
@@ -369,10 +403,8 @@ fn a_long_chain_of_binary_operators_is_not_nesting() {
 
 #[test]
 fn every_problem_of_a_file_is_reported() {
-    // BUG (at commit 9a9c62b): invalid regexes are only found when the rule engine is
-    // built, after every other check, so with another error in the file they are not
-    // reported at all, and of two invalid regexes only the first is (SPEC §2: "print
-    // every problem"). The uncommitted regex check in src/expr/check.rs fixes it.
+    // SPEC §2, "print every problem": invalid regexes are found with the other
+    // load-time checks, so both are reported next to the other errors of the file.
     let dir = tempfile::tempdir().unwrap();
     let text = "[\n  {\"id\": \"a\", \"condition\": \"x ~ \\\"(ab\\\"\", \"action\": {}},\n  {\"id\": \"b\", \"condition\": \"y matches \\\"[z\\\"\", \"action\": {}},\n  {\"id\": \"c\", \"condition\": \"lenght(y)\", \"action\": {}},\n  {\"condition\": \"true\", \"action\": {}}\n]\n";
     let path = dir.path().join("many.json");
@@ -388,9 +420,8 @@ fn every_problem_of_a_file_is_reported() {
 
 #[test]
 fn schema_mismatch_message_names_the_declared_type() {
-    // BUG: for `tier > 1` with `"tier": "string"` in the schema the message reads
-    // "`>` cannot be applied to nil and int, whatever the input": it names nil, not
-    // the declared type, so it does not say what is wrong (SPEC §2 diagnostics).
+    // For `tier > 1` with `"tier": "string"` in the schema, the message names the
+    // declared type, not the nil a missing field reads as (SPEC §2 diagnostics).
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("schema.json");
     std::fs::write(
@@ -403,4 +434,47 @@ fn schema_mismatch_message_names_the_declared_type() {
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     let first = stderr.lines().next().unwrap_or("");
     assert!(first.contains("string"), "the message should name tier's declared type: {first}");
+}
+
+#[test]
+fn a_broken_declaration_is_reported_once() {
+    // Each table has one mistake; the conditions that use what it declares must
+    // not add a second error ("unknown parameter", "not declared in the schema").
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text, fragment) in [
+        (
+            "misspelt_value",
+            "{\"params\": {\"max\": {\"valeu\": 3}},\n \"rules\": [{\"id\": \"a\", \"condition\": \"x > params.max\", \"action\": {}}]}\n",
+            "did you mean \"value\"",
+        ),
+        (
+            "bare_value",
+            "{\"params\": {\"max\": 3},\n \"rules\": [{\"id\": \"a\", \"condition\": \"x > params.max\", \"action\": {}}]}\n",
+            "must be an object such as {\"value\": 0.05}",
+        ),
+        (
+            "no_value",
+            "{\"params\": {\"max\": {\"min\": 1}},\n \"rules\": [{\"id\": \"a\", \"condition\": \"x > params.max\", \"action\": {}}]}\n",
+            "has no \"value\"",
+        ),
+        (
+            "schema_type",
+            "{\"schema\": {\"x\": \"numbr\"},\n \"rules\": [{\"id\": \"a\", \"condition\": \"x > 1\", \"action\": {}}]}\n",
+            "must be one of",
+        ),
+    ] {
+        let path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, text).unwrap();
+        let o = check(&path);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{name}: {stderr}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.contains(": error: ")).collect();
+        assert_eq!(errors.len(), 1, "{name}: one problem, one error:\n{stderr}");
+        assert!(errors[0].contains(fragment), "{name}: {stderr}");
+    }
+    // A parameter nobody declared is still an error.
+    let path = dir.path().join("undeclared.json");
+    std::fs::write(&path, "{\"params\": {\"max\": {\"valeu\": 3}},\n \"rules\": [{\"id\": \"a\", \"condition\": \"x > params.min\", \"action\": {}}]}\n").unwrap();
+    let stderr = String::from_utf8_lossy(&check(&path).stderr).into_owned();
+    assert!(stderr.contains("unknown parameter `min`"), "{stderr}");
 }

@@ -24,33 +24,54 @@ const TABLE: &str = r#"{
   ]
 }"#;
 
-fn table() -> &'static Option<Table> {
-    static T: OnceLock<Option<Table>> = OnceLock::new();
-    T.get_or_init(|| match Table::from_bytes(Path::new("fuzz.json"), TABLE.as_bytes(), &Limits::default()) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            // Some constructs may be rejected; fall back to the simpler table below.
-            eprintln!("full table rejected: {e}");
-            None
-        }
+/// The same kind of input through a schema: every type, dotted paths, fields
+/// no condition reads. The check by slots and the walk of the reference must
+/// give the same error.
+const SCHEMA_TABLE: &str = r#"{
+  "schema": {
+    "amount": "number", "count": "integer", "tier": "string", "is_vpn": "boolean",
+    "tags": "array", "user": "object", "user.profile.tier": "string", "user.profile.score": "integer",
+    "headers.user-agent": "string", "meta": "any", "unread": "string"
+  },
+  "default": {"d": true},
+  "rules": [
+    {"id": "big", "condition": "(amount ?? 0) > 1000 && (count ?? 0) % 2 == 0", "action": {"n": 1}},
+    {"id": "vip", "condition": "user.profile.tier == \"vip\" && (user.profile.score ?? 0) > 10", "action": {"n": 2}},
+    {"id": "bot", "condition": "(headers[\"user-agent\"] ?? \"\") contains \"bot\" || \"x\" in tags", "action": {"n": 3}},
+    {"id": "vpn", "condition": "is_vpn == true || tier in [\"gold\", \"vip\"]", "action": {"n": 4}}
+  ]
+}"#;
+
+fn tables() -> &'static [Table] {
+    static T: OnceLock<Vec<Table>> = OnceLock::new();
+    T.get_or_init(|| {
+        // A table that does not load would make every run test nothing: stop at once.
+        [("fuzz.json", TABLE), ("schema.json", SCHEMA_TABLE)]
+            .into_iter()
+            .map(|(name, text)| {
+                Table::from_bytes(Path::new(name), text.as_bytes(), &Limits::default())
+                    .unwrap_or_else(|e| panic!("the fuzz table {name} must load:\n{e}"))
+            })
+            .collect()
     })
 }
 
 fuzz_target!(|data: &[u8]| {
-    let t = table().as_ref().expect("fuzz table must load");
-    let a = t.decide(data, true);
-    let b = t.decide(data, false);
-    let r = t.decide_reference(data);
-    match (&a, &b, &r) {
-        (Ok(a), Ok(b), Ok(r)) => {
-            assert_eq!(a.rule, b.rule, "explain on/off differ");
-            assert_eq!(a.rule, r.rule, "decide vs reference differ");
-            let _ = t.action_json(a);
+    for t in tables() {
+        let a = t.decide(data, true);
+        let b = t.decide(data, false);
+        let r = t.decide_reference(data);
+        match (&a, &b, &r) {
+            (Ok(a), Ok(b), Ok(r)) => {
+                assert_eq!(a.rule, b.rule, "explain on/off differ");
+                assert_eq!(a.rule, r.rule, "decide vs reference differ");
+                let _ = t.action_json(a);
+            }
+            (Err(x), Err(y), Err(z)) => {
+                assert_eq!(x, y);
+                assert_eq!(x, z);
+            }
+            _ => panic!("decide/reference disagree on validity: {a:?} {b:?} {r:?}"),
         }
-        (Err(x), Err(y), Err(z)) => {
-            assert_eq!(x, y);
-            assert_eq!(x, z);
-        }
-        _ => panic!("decide/reference disagree on validity: {a:?} {b:?} {r:?}"),
     }
 });

@@ -1,12 +1,18 @@
-//! `clef check PATH...`: every problem of every file, as `path:line:col: error: message`.
+//! `clef check PATH...`: every problem of every file, as `path:line:col: error: message`:
+//! tables, the tests stored with them (in the table or in `NAME.tests.json`,
+//! read as `clef test` reads them) and configs; then one summary line.
 
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
+use super::tests::{self, tests_file_for};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::table::{table_name, Limits, Table};
 
 pub fn run(paths: &[PathBuf]) -> i32 {
     let mut failed = false;
+    let mut tally = Tally::default();
+    let mut seen = BTreeSet::new();
     for entry in super::expand(paths) {
         let path = match entry {
             Ok(p) => p,
@@ -16,39 +22,109 @@ pub fn run(paths: &[PathBuf]) -> i32 {
                 continue;
             }
         };
+        if !seen.insert(path.clone()) {
+            continue;
+        }
         let shown = path.display().to_string();
         let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
         if is_yaml {
-            failed |= !check_yaml(&path, &shown);
+            tally.count(check_yaml(&path, &shown));
             continue;
         }
-        match Table::load(&path, &Limits::default()) {
-            Ok(t) => {
-                if let Some(declared) = t.declared_name.as_deref().filter(|n| *n != t.name) {
-                    let d = Diagnostic::whole_file(
-                        &shown,
-                        format!(
-                            "the file says \"name\": \"{declared}\" but the table is named after its file: \"{}\"",
-                            table_name(&path)
-                        ),
-                    );
-                    eprintln!("{}", d.warning());
-                }
-                println!(
-                    "{shown}: ok ({} table \"{}\", {} rules, version {})",
-                    t.kind.name(),
-                    t.name,
-                    t.engine.rules.len(),
-                    t.version
-                );
-            }
+        if shown.ends_with(".tests.json") {
+            // A tests file named on its own: checked against its table when that loads.
+            let table_path = path.with_file_name(format!("{}.json", table_name(&path)));
+            let table = Table::load(&table_path, &Limits::default()).ok();
+            tally.count(check_tests_file(&path, table.as_ref()));
+            continue;
+        }
+        let table = match Table::load(&path, &Limits::default()) {
+            Ok(t) => t,
             Err(e) => {
                 eprintln!("{e}");
-                failed = true;
+                tally.count(false);
+                // Its tests file is still read; rule ids cannot be checked without the table.
+                let sibling = tests_file_for(&path);
+                if sibling.is_file() && seen.insert(sibling.clone()) {
+                    tally.count(check_tests_file(&sibling, None));
+                }
+                continue;
             }
+        };
+        if let Some(declared) = table.declared_name.as_deref().filter(|n| *n != table.name) {
+            let d = Diagnostic::whole_file(
+                &shown,
+                format!(
+                    "the file says \"name\": \"{declared}\" but the table is named after its file: \"{}\"",
+                    table_name(&path)
+                ),
+            );
+            eprintln!("{}", d.warning());
+        }
+        // Tests written inside the table file are part of it.
+        let inline = match table.tests.is_some().then(|| tests::load_tests_in_table(&table)) {
+            Some(Err(problems)) => {
+                problems.iter().for_each(|d| eprintln!("{d}"));
+                tally.count(false);
+                None
+            }
+            Some(Ok(t)) => Some(t.len()),
+            None => None,
+        };
+        if inline.is_some() || table.tests.is_none() {
+            let tests = inline.map(|n| format!(", {n} tests")).unwrap_or_default();
+            println!(
+                "{shown}: ok ({} table \"{}\", {} rules{tests}, version {})",
+                table.kind.name(),
+                table.name,
+                table.engine.rules.len(),
+                table.version
+            );
+            tally.count(true);
+        }
+        let sibling = tests_file_for(&path);
+        if sibling.is_file() && seen.insert(sibling.clone()) {
+            tally.count(check_tests_file(&sibling, Some(&table)));
         }
     }
-    i32::from(failed)
+    println!("{}", tally.summary());
+    i32::from(failed || tally.errors > 0)
+}
+
+/// Files checked, and how many had errors.
+#[derive(Default)]
+struct Tally {
+    files: usize,
+    errors: usize,
+}
+
+impl Tally {
+    fn count(&mut self, ok: bool) {
+        self.files += 1;
+        self.errors += usize::from(!ok);
+    }
+
+    /// `checked 9 files: 8 ok, 1 with errors`
+    fn summary(&self) -> String {
+        let plural = if self.files == 1 { "" } else { "s" };
+        format!("checked {} file{plural}: {} ok, {} with errors", self.files, self.files - self.errors, self.errors)
+    }
+}
+
+/// A `NAME.tests.json`, read by the loader `clef test` uses.
+fn check_tests_file(path: &Path, table: Option<&Table>) -> bool {
+    let shown = path.display().to_string();
+    match tests::load_tests_file(path, table) {
+        Ok(list) => {
+            let against = table.map(|t| format!(" for table \"{}\"", t.name)).unwrap_or_default();
+            println!("{shown}: ok ({} tests{against})", list.len());
+            true
+        }
+        Err(problems) => {
+            problems.iter().for_each(|d| eprintln!("{d}"));
+            false
+        }
+    }
 }
 
 /// A YAML file with a top-level `rules` key is a rule set; any other YAML is a config.

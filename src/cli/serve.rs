@@ -16,13 +16,7 @@ pub fn run(config_path: Option<&Path>, port: Option<u16>, host: Option<String>) 
             return 2;
         }
     };
-    let level = match loaded.config.logging.level {
-        config::LogLevel::Error => log::LevelFilter::Error,
-        config::LogLevel::Warn => log::LevelFilter::Warn,
-        config::LogLevel::Info => log::LevelFilter::Info,
-        config::LogLevel::Debug => log::LevelFilter::Debug,
-        config::LogLevel::Trace => log::LevelFilter::Trace,
-    };
+    let level = loaded.config.logging.level.to_level_filter();
     let format = match loaded.config.logging.format {
         config::LogFormat::Json => logging::Format::Json,
         config::LogFormat::Text => logging::Format::Text,

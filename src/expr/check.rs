@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 use super::ast::{Expr, ExprKind, Span, Step};
 use super::ops::{self, BinOp, EvalError, Func};
 use super::value::{Array, Const, Object, Type, Value};
-use super::ExprError;
+use super::{Env, ExprError};
 
 /// A set of possible types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,31 +44,135 @@ impl TypeSet {
     pub fn types(self) -> impl Iterator<Item = Type> {
         ALL_TYPES.into_iter().filter(move |t| self.has(*t))
     }
-
-    /// Parses a schema type name.
-    pub fn from_schema_name(name: &str) -> Option<TypeSet> {
-        let t = |ts: &[Type]| ts.iter().fold(TypeSet::NONE, |acc, t| acc.with(TypeSet::of(*t)));
-        Some(match name {
-            "string" => t(&[Type::Str]),
-            "number" => t(&[Type::Int, Type::Float]),
-            "integer" => t(&[Type::Int]),
-            "boolean" | "bool" => t(&[Type::Bool]),
-            "array" => t(&[Type::Array]),
-            "object" => t(&[Type::Object]),
-            "any" => TypeSet::ANY,
-            _ => return None,
-        })
-    }
 }
 
 /// The schema type names accepted, for messages.
 pub const SCHEMA_TYPE_NAMES: &str = "string, number, integer, boolean, array, object, any";
 
-/// A table's declared input fields: dotted path → possible types.
+/// A type a table's `schema` declares for an input field (SPEC §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemaType {
+    /// `string`
+    String,
+    /// `number`: any JSON number
+    Number,
+    /// `integer`: a number clef reads as an int — written without a fraction or an
+    /// exponent and within the 64-bit range, so `2.0`, `1e3` and `9223372036854775808` are not
+    /// integers (as in conditions, where `%` needs ints)
+    Integer,
+    /// `boolean` (alias `bool`)
+    Boolean,
+    /// `array`
+    Array,
+    /// `object`
+    Object,
+    /// `any`: whatever the input holds
+    Any,
+}
+
+impl SchemaType {
+    /// Parses a schema type name; `bool` is an alias of `boolean`.
+    pub fn parse(name: &str) -> Option<SchemaType> {
+        Some(match name {
+            "string" => SchemaType::String,
+            "number" => SchemaType::Number,
+            "integer" => SchemaType::Integer,
+            "boolean" | "bool" => SchemaType::Boolean,
+            "array" => SchemaType::Array,
+            "object" => SchemaType::Object,
+            "any" => SchemaType::Any,
+            _ => return None,
+        })
+    }
+
+    /// The name as messages show it (`boolean` for `bool`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SchemaType::String => "string",
+            SchemaType::Number => "number",
+            SchemaType::Integer => "integer",
+            SchemaType::Boolean => "boolean",
+            SchemaType::Array => "array",
+            SchemaType::Object => "object",
+            SchemaType::Any => "any",
+        }
+    }
+
+    /// The value types a field of this type holds when present (nil aside).
+    pub fn types(self) -> TypeSet {
+        let t = |ts: &[Type]| ts.iter().fold(TypeSet::NONE, |acc, t| acc.with(TypeSet::of(*t)));
+        match self {
+            SchemaType::String => t(&[Type::Str]),
+            SchemaType::Number => t(&[Type::Int, Type::Float]),
+            SchemaType::Integer => t(&[Type::Int]),
+            SchemaType::Boolean => t(&[Type::Bool]),
+            SchemaType::Array => t(&[Type::Array]),
+            SchemaType::Object => t(&[Type::Object]),
+            SchemaType::Any => TypeSet::ANY,
+        }
+    }
+
+    /// Whether an input value is allowed: missing and null fields (nil) always are.
+    pub fn admits(self, v: &Value<'_>) -> bool {
+        matches!(v, Value::Nil) || self.types().has(v.type_of())
+    }
+}
+
+/// A table's declared input fields: dotted path → type.
 #[derive(Clone, Debug, Default)]
 pub struct Schema {
-    /// declared paths
-    pub fields: FxHashMap<String, TypeSet>,
+    /// declared paths (`"headers.user-agent"`)
+    pub fields: FxHashMap<String, SchemaType>,
+}
+
+impl Schema {
+    /// Declares `path` as the type named `type_name`. On an unknown name,
+    /// returns the message and declares the path `any`, so that conditions
+    /// reading it add no second error about it.
+    pub fn declare(&mut self, path: &str, type_name: &str) -> Result<(), String> {
+        let parsed = SchemaType::parse(type_name);
+        self.fields.insert(path.to_string(), parsed.unwrap_or(SchemaType::Any));
+        match parsed {
+            Some(_) => Ok(()),
+            None => Err(format!("schema type of \"{path}\" must be one of {SCHEMA_TYPE_NAMES}")),
+        }
+    }
+
+    /// Declared paths that name nothing or that no input can hold: an empty
+    /// name between dots, or `a.b` where `a` is declared as something other
+    /// than an object. Each with its message, sorted by path.
+    pub fn path_problems(&self) -> Vec<(&str, String)> {
+        let mut out = Vec::new();
+        for path in self.fields.keys() {
+            if path.split('.').any(str::is_empty) {
+                out.push((path.as_str(), format!("schema key \"{path}\" has an empty name between dots")));
+                continue;
+            }
+            let mut end = 0;
+            while let Some(dot) = path[end..].find('.') {
+                let parent = &path[..end + dot];
+                end += dot + 1;
+                if let Some(t) = self.fields.get(parent).filter(|t| !t.types().has(Type::Object)) {
+                    out.push((
+                        path.as_str(),
+                        format!(
+                            "schema: \"{path}\" is inside \"{parent}\", which is declared as {}; only an object can hold it",
+                            with_article(t.name())
+                        ),
+                    ));
+                    break;
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+/// `a string`, `an integer`: a type name as a message reads it.
+pub fn with_article(name: &str) -> String {
+    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} {name}")
 }
 
 /// What the checker knows of an expression: its possible types, and its value
@@ -113,23 +217,15 @@ fn candidates<'a>(a: &'a Abstract) -> Vec<Value<'a>> {
     }
 }
 
-/// Checks `expr`; returns its possible types.
-pub fn check_expr(
-    expr: &Expr,
-    params: &FxHashMap<String, Const>,
-    schema: Option<&Schema>,
-) -> Result<TypeSet, ExprError> {
-    let checker = Checker { params, schema };
+/// Checks `expr` against the parameters and schema of `env`; returns its possible types.
+pub fn check_expr(expr: &Expr, env: &Env) -> Result<TypeSet, ExprError> {
+    let checker = Checker { env };
     checker.check(expr).map(|a| a.types)
 }
 
 /// Checks a rule condition: it must be able to produce a bool.
-pub fn check_condition(
-    expr: &Expr,
-    params: &FxHashMap<String, Const>,
-    schema: Option<&Schema>,
-) -> Result<(), ExprError> {
-    let types = check_expr(expr, params, schema)?;
+pub fn check_condition(expr: &Expr, env: &Env) -> Result<(), ExprError> {
+    let types = check_expr(expr, env)?;
     if !types.has(Type::Bool) {
         let got: Vec<&str> = types.types().map(Type::name).collect();
         let got = if got.is_empty() { "nothing".to_string() } else { got.join(" or ") };
@@ -141,9 +237,8 @@ pub fn check_condition(
     Ok(())
 }
 
-struct Checker<'p> {
-    params: &'p FxHashMap<String, Const>,
-    schema: Option<&'p Schema>,
+struct Checker<'e> {
+    env: &'e Env,
 }
 
 impl Checker<'_> {
@@ -166,8 +261,10 @@ impl Checker<'_> {
                 }
             }
             ExprKind::Field(name) => Abstract::of(self.field_types(std::slice::from_ref(name), e.span)?),
-            ExprKind::Param(name) => match self.params.get(name) {
+            ExprKind::Param(name) => match self.env.params.get(name) {
                 Some(c) => lit(c.clone()),
+                // Its declaration is wrong and reported: say nothing more here.
+                None if self.env.broken_params.contains(name) => Abstract::any(),
                 None => return Err(self.unknown_param(name, e.span)),
             },
             ExprKind::Access(base, steps) => self.access(base, steps)?,
@@ -236,7 +333,7 @@ impl Checker<'_> {
     }
 
     fn unknown_param(&self, name: &str, span: Span) -> ExprError {
-        let hint = crate::suggest::did_you_mean(name, self.params.keys().map(String::as_str))
+        let hint = crate::suggest::did_you_mean(name, self.env.params.keys().map(String::as_str))
             .map(|s| format!("; did you mean `params.{s}`?"))
             .unwrap_or_else(|| "; declare it under \"params\"".to_string());
         ExprError::new(span, format!("unknown parameter `{name}`{hint}"))
@@ -308,14 +405,14 @@ impl Checker<'_> {
     }
 
     fn field_types(&self, path: &[String], span: Span) -> Result<TypeSet, ExprError> {
-        let Some(schema) = self.schema else { return Ok(TypeSet::ANY) };
+        let Some(schema) = &self.env.schema else { return Ok(TypeSet::ANY) };
         let full = path.join(".");
         if let Some(t) = schema.fields.get(&full) {
-            return Ok(t.with(TypeSet::of(Type::Nil)));
+            return Ok(t.types().with(TypeSet::of(Type::Nil)));
         }
         // A declared container above the path makes its inside free-form.
         for n in (1..path.len()).rev() {
-            if let Some(t) = schema.fields.get(&path[..n].join(".")) {
+            if let Some(t) = schema.fields.get(&path[..n].join(".")).map(|t| t.types()) {
                 if t.has(Type::Object) || t.has(Type::Array) {
                     return Ok(TypeSet::ANY);
                 }

@@ -79,13 +79,7 @@ impl Compiler<'_> {
             return *id;
         }
         let root = if path.len() > 1 { Some(self.slot(path[..1].to_vec())) } else { None };
-        let id = self.program.paths.len() as u32;
-        self.program.paths.push(path.clone());
-        match (root, &path[0]) {
-            (Some(r), _) => self.program.nested.push((id, r)),
-            (None, PathSeg::Key(k)) => self.program.roots.insert(k.clone(), id),
-            (None, PathSeg::Index(_)) => {}
-        }
+        let id = self.program.push_slot(path.clone(), root);
         self.slot_ids.insert(path, id);
         id
     }
@@ -541,6 +535,29 @@ impl KeyTable {
 }
 
 impl Program {
+    /// Adds a slot for `path`; `root` is the slot of its first segment when it has several.
+    fn push_slot(&mut self, path: Vec<PathSeg>, root: Option<u32>) -> u32 {
+        let id = self.paths.len() as u32;
+        match (root, path.first()) {
+            (Some(r), _) => self.nested.push((id, r)),
+            (None, Some(PathSeg::Key(k))) => self.roots.insert(k.clone(), id),
+            (None, _) => {}
+        }
+        self.paths.push(path);
+        id
+    }
+
+    /// The slot that holds `path`, added when no expression reads it, so that
+    /// the one pass of [`Program::fill_slots`] also reads it (the schema check
+    /// reads declared fields this way). Load time only: a linear search.
+    pub fn slot_for(&mut self, path: &[PathSeg]) -> u32 {
+        if let Some(i) = self.paths.iter().position(|p| p == path) {
+            return i as u32;
+        }
+        let root = if path.len() > 1 { Some(self.slot_for(&path[..1])) } else { None };
+        self.push_slot(path.to_vec(), root)
+    }
+
     /// Reads the input's fields into slots.
     pub fn fill_slots<'a>(&'a self, root: &Value<'a>) -> Vec<eval::SlotValue<'a>> {
         let mut slots: Vec<eval::SlotValue<'a>> = vec![Ok(Value::Nil); self.paths.len()];

@@ -19,10 +19,10 @@ pub mod value;
 use std::fmt;
 
 use bumpalo::Bump;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 pub use ast::{Expr, Span};
-pub use check::{Schema, TypeSet};
+pub use check::{Schema, SchemaType, TypeSet};
 pub use compile::Program;
 pub use ops::EvalError;
 pub use value::{Const, Type, Value};
@@ -56,6 +56,9 @@ impl std::error::Error for ExprError {}
 pub struct Env {
     /// `params.NAME` values
     pub params: FxHashMap<String, Const>,
+    /// parameters whose declaration is wrong (and already reported): conditions
+    /// may name them without a second, misleading "unknown parameter"
+    pub broken_params: FxHashSet<String>,
     /// declared input fields, if the table has a schema
     pub schema: Option<Schema>,
     /// maximum nesting depth
@@ -68,6 +71,7 @@ impl Default for Env {
     fn default() -> Env {
         Env {
             params: FxHashMap::default(),
+            broken_params: FxHashSet::default(),
             schema: None,
             max_depth: parser::DEFAULT_MAX_DEPTH,
             regex_size_limit: compile::DEFAULT_REGEX_SIZE_LIMIT,
@@ -79,9 +83,9 @@ impl Default for Env {
 pub fn parse_checked(src: &str, env: &Env, as_condition: bool) -> Result<Expr, ExprError> {
     let expr = parser::parse(src, env.max_depth)?;
     if as_condition {
-        check::check_condition(&expr, &env.params, env.schema.as_ref())?;
+        check::check_condition(&expr, env)?;
     } else {
-        check::check_expr(&expr, &env.params, env.schema.as_ref())?;
+        check::check_expr(&expr, env)?;
     }
     Ok(expr)
 }

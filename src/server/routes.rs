@@ -202,7 +202,7 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
         }
         Err(e) => {
             slot.stats.record_invalid_input();
-            rsp.error(400, e.code(), &e.to_string());
+            rsp.error(e.status(), e.code(), &e.to_string());
         }
     }
 }

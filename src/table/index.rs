@@ -323,7 +323,7 @@ fn build_field(
         }
     }
     // Clear the bits past the last rule so iteration never reports them.
-    if rules % 64 != 0 {
+    if !rules.is_multiple_of(64) {
         let mask = (1u64 << (rules % 64)) - 1;
         for a in 0..atoms {
             bits[a * words + words - 1] &= mask;

@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use super::rules::{Rule, RuleEngine};
 use super::Limits;
 use crate::diagnostic::{json_string_offset, Diagnostic};
-use crate::expr::check::{Schema, TypeSet, SCHEMA_TYPE_NAMES};
+use crate::expr::check::Schema;
 use crate::expr::{parse_checked, Const, Env, ExprError};
 use crate::suggest::did_you_mean;
 
@@ -36,7 +36,7 @@ const PARAM_KEYS: &[&str] = &["value", "min", "max", "step", "tunable", "descrip
 
 /// Reads a Jev table's source into a compiled engine.
 pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, JevMeta), Vec<Diagnostic>> {
-    let mut p = Loader { path, source, diags: Vec::new() };
+    let mut p = Loader::new(path, source);
     let top: &RawValue = match serde_json::from_str(source) {
         Ok(v) => v,
         Err(e) => return Err(vec![p.serde_error(&e)]),
@@ -66,7 +66,7 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Je
             env.schema = p.schema(v);
         }
         if let Some(v) = fields.get("params") {
-            env.params = p.params(v);
+            p.params(v, &mut env);
             meta.params = p.parse_as(v, "\"params\"");
         }
         if let Some(v) = fields.get("default") {
@@ -110,7 +110,7 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Je
         return Err(p.diags);
     }
     let labels: Vec<String> = rules.iter().map(|r| format!("rule \"{}\"", r.id)).collect();
-    match RuleEngine::new(rules, default, env.params, limits.regex_size_limit) {
+    match RuleEngine::new(rules, default, env.params, env.schema.as_ref(), limits.regex_size_limit) {
         Ok(engine) => Ok((engine, meta)),
         Err((i, e)) => {
             p.in_condition(condition_raws[i], &e, &labels[i]);
@@ -119,27 +119,75 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Je
     }
 }
 
-struct Loader<'s> {
+/// A JSON syntax error of a file, positioned with a caret. serde_json reports
+/// a trailing comma at the bracket after it (as "trailing comma", or, when it
+/// skips values, as "key must be a string" or "expected value"): it is
+/// reported at the comma, as "trailing comma".
+pub fn json_error(path: &str, source: &str, e: &serde_json::Error) -> Diagnostic {
+    let offset = line_col_offset(source, e.line(), e.column());
+    let bytes = source.as_bytes();
+    if let Some(&close) = bytes.get(offset).filter(|b| matches!(b, b'}' | b']')) {
+        let before = bytes[..offset].iter().rposition(|b| !b.is_ascii_whitespace());
+        if let Some(comma) = before.filter(|&i| bytes[i] == b',') {
+            let message = format!("trailing comma before `{}`: JSON allows none here; remove it", close as char);
+            return Diagnostic::at_offset(path, source, comma, 1, message);
+        }
+    }
+    let msg = e.to_string();
+    let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+    let msg = match e.classify() {
+        serde_json::error::Category::Eof => format!("the file ends too early ({msg}); is a bracket or quote missing?"),
+        _ => format!("invalid JSON: {msg}"),
+    };
+    Diagnostic::at_line_col(path, source, e.line().max(1), e.column().max(1), msg)
+}
+
+/// The byte offset of serde_json's 1-based line and byte column.
+fn line_col_offset(source: &str, line: usize, column: usize) -> usize {
+    let mut offset = 0;
+    for (i, l) in source.split_inclusive('\n').enumerate() {
+        if i + 1 == line.max(1) {
+            return offset + column.saturating_sub(1).min(l.len());
+        }
+        offset += l.len();
+    }
+    source.len()
+}
+
+/// Reads JSON values of one file and collects diagnostics positioned at them:
+/// a `RawValue` borrowed from `source` knows where it is. The tests files of
+/// `clef test` and `clef check` are read with it too.
+pub(crate) struct Loader<'s> {
     path: &'s str,
     source: &'s str,
-    diags: Vec<Diagnostic>,
+    pub(crate) diags: Vec<Diagnostic>,
 }
 
 impl<'s> Loader<'s> {
+    pub(crate) fn new(path: &'s str, source: &'s str) -> Loader<'s> {
+        Loader { path, source, diags: Vec::new() }
+    }
+
+    /// The file, as diagnostics name it.
+    pub(crate) fn path(&self) -> &'s str {
+        self.path
+    }
+
     fn offset(&self, raw: &RawValue) -> usize {
         let start = raw.get().as_ptr() as usize;
         let base = self.source.as_ptr() as usize;
         start.saturating_sub(base).min(self.source.len())
     }
 
-    fn at(&mut self, raw: &RawValue, message: String) {
+    /// An error at `raw` (which must be borrowed from the source).
+    pub(crate) fn at(&mut self, raw: &RawValue, message: String) {
         let off = self.offset(raw);
         let width = raw.get().find('\n').unwrap_or(raw.get().len()).min(40);
         self.diags.push(Diagnostic::at_offset(self.path, self.source, off, width, message));
     }
 
-    /// Points at the key written before `value`.
-    fn at_key(&mut self, value: &RawValue, key: &str, message: String) {
+    /// An error at the key written before `value`.
+    pub(crate) fn at_key(&mut self, value: &RawValue, key: &str, message: String) {
         let off = self.offset(value);
         let quoted = serde_json::to_string(key).unwrap_or_default();
         let key_off = self.source[..off].rfind(&quoted).unwrap_or(off);
@@ -147,15 +195,7 @@ impl<'s> Loader<'s> {
     }
 
     fn serde_error(&self, e: &serde_json::Error) -> Diagnostic {
-        let msg = e.to_string();
-        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-        let msg = match e.classify() {
-            serde_json::error::Category::Eof => {
-                format!("the file ends too early ({msg}); is a bracket or quote missing?")
-            }
-            _ => format!("invalid JSON: {msg}"),
-        };
-        Diagnostic::at_line_col(self.path, self.source, e.line().max(1), e.column().max(1), msg)
+        json_error(self.path, self.source, e)
     }
 
     fn parse_as<T: serde::Deserialize<'s>>(&mut self, raw: &'s RawValue, what: &str) -> Option<T> {
@@ -195,43 +235,54 @@ impl<'s> Loader<'s> {
             }
         };
         let mut schema = Schema::default();
-        for (field, t) in fields {
+        for (field, t) in &fields {
             let name: Option<String> = serde_json::from_str(t.get()).ok();
-            match name.as_deref().and_then(TypeSet::from_schema_name) {
-                Some(ts) => {
-                    schema.fields.insert(field, ts);
-                }
-                None => self.at(t, format!("schema type of \"{field}\" must be one of {SCHEMA_TYPE_NAMES}")),
+            if let Err(message) = schema.declare(field, name.as_deref().unwrap_or_default()) {
+                self.at(t, message);
+            }
+        }
+        for (path, message) in schema.path_problems() {
+            if let Some(t) = fields.get(path) {
+                self.at_key(t, path, message);
             }
         }
         Some(schema)
     }
 
-    fn params(&mut self, raw: &'s RawValue) -> FxHashMap<String, Const> {
-        let mut out = FxHashMap::default();
-        let Some(decls) = self.parse_as::<BTreeMap<String, &RawValue>>(raw, "\"params\"") else { return out };
+    /// Reads `params` into `env`. A declaration with a problem is reported
+    /// once, here: its name goes to `env.broken_params`, so that conditions
+    /// using it do not add an "unknown parameter" error.
+    fn params(&mut self, raw: &'s RawValue, env: &mut Env) {
+        let Some(decls) = self.parse_as::<BTreeMap<String, &RawValue>>(raw, "\"params\"") else { return };
         for (name, decl) in decls {
             let fields: Option<BTreeMap<String, &RawValue>> = serde_json::from_str(decl.get()).ok();
             let Some(fields) = fields else {
                 self.at(decl, format!("parameter \"{name}\" must be an object such as {{\"value\": 0.05}}"));
+                env.broken_params.insert(name);
                 continue;
             };
+            let mut misspelt_value = false;
             for (k, v) in &fields {
                 if !PARAM_KEYS.contains(&k.as_str()) {
-                    let hint = did_you_mean(k, PARAM_KEYS.iter().copied())
-                        .map(|s| format!("; did you mean \"{s}\"?"))
-                        .unwrap_or_default();
+                    let suggestion = did_you_mean(k, PARAM_KEYS.iter().copied());
+                    misspelt_value |= suggestion == Some("value");
+                    let hint = suggestion.map(|s| format!("; did you mean \"{s}\"?")).unwrap_or_default();
                     self.at_key(v, k, format!("unknown key \"{k}\" in parameter \"{name}\"{hint}"));
                 }
             }
             match fields.get("value").map(|v| serde_json::from_str::<serde_json::Value>(v.get())) {
                 Some(Ok(v)) => {
-                    out.insert(name, Const::from_json(&v));
+                    env.params.insert(name, Const::from_json(&v));
                 }
-                _ => self.at(decl, format!("parameter \"{name}\" has no \"value\"")),
+                _ => {
+                    // A misspelt "value" is already reported, with its fix.
+                    if !misspelt_value {
+                        self.at(decl, format!("parameter \"{name}\" has no \"value\""));
+                    }
+                    env.broken_params.insert(name);
+                }
             }
         }
-        out
     }
 
     fn default_action(&mut self, raw: &RawValue) -> Option<serde_json::Value> {

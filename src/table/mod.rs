@@ -197,14 +197,15 @@ impl Table {
         })
     }
 
-    /// Decides one JSON body.
+    /// Decides one JSON body: parsed once, checked against the table's schema
+    /// (when it has one), then evaluated.
     pub fn decide(&self, body: &[u8], explain: bool) -> Result<Decision, InputError> {
-        input::with_parsed(body, self.limits.max_input_depth, |root| self.engine.decide(&root, explain))
+        input::with_parsed(body, self.limits.max_input_depth, |root| self.engine.decide(&root, explain))?
     }
 
     /// Decides one JSON body with the reference evaluator (for tests and checks).
     pub fn decide_reference(&self, body: &[u8]) -> Result<Decision, InputError> {
-        input::with_parsed(body, self.limits.max_input_depth, |root| self.engine.decide_reference(&root))
+        input::with_parsed(body, self.limits.max_input_depth, |root| self.engine.decide_reference(&root))?
     }
 
     /// The action JSON a decision returns.

@@ -10,7 +10,8 @@ use crate::expr::compile::compile_program;
 use crate::expr::eval::{self, Ctx};
 use crate::expr::ops::{self, EvalError};
 use crate::expr::value::{write_json_string, Const, Value};
-use crate::expr::{reference, ExprError, Program};
+use crate::expr::{reference, ExprError, Program, Schema};
+use crate::input::{InputError, SchemaCheck};
 
 /// One rule, as loaded and compiled.
 #[derive(Debug)]
@@ -100,18 +101,22 @@ pub struct RuleEngine {
     pub default_action: Option<serde_json::Value>,
     /// the default action serialized (`null` without one)
     pub default_json: Box<str>,
+    schema: SchemaCheck,
 }
 
 impl RuleEngine {
-    /// Compiles `rules` together. On error, returns the failing rule's index and the error.
+    /// Compiles `rules` together, with the request-time check of `schema`. On
+    /// error, returns the failing rule's index and the error.
     pub fn new(
         rules: Vec<Rule>,
         default_action: Option<serde_json::Value>,
         params: FxHashMap<String, Const>,
+        schema: Option<&Schema>,
         regex_size_limit: usize,
     ) -> Result<RuleEngine, (usize, ExprError)> {
         let asts: Vec<&Expr> = rules.iter().map(|r| &r.ast).collect();
-        let program = compile_program(&asts, &params, regex_size_limit)?;
+        let mut program = compile_program(&asts, &params, regex_size_limit)?;
+        let schema = schema.map(|s| SchemaCheck::new(s, &mut program)).unwrap_or_default();
         let index = RuleIndex::build(&program);
         let mut enabled = vec![0u64; rules.len().div_ceil(64).max(1)];
         for (i, r) in rules.iter().enumerate() {
@@ -120,7 +125,16 @@ impl RuleEngine {
             }
         }
         let default_json = default_action.as_ref().map(|a| a.to_string()).unwrap_or_else(|| "null".into());
-        Ok(RuleEngine { rules, program, index, enabled, params, default_action, default_json: default_json.into() })
+        Ok(RuleEngine {
+            rules,
+            program,
+            index,
+            enabled,
+            params,
+            default_action,
+            default_json: default_json.into(),
+            schema,
+        })
     }
 
     /// How many fields the rule index uses.
@@ -128,10 +142,12 @@ impl RuleEngine {
         self.index.indexed_fields()
     }
 
-    /// Decides one input object: the first enabled rule whose condition is true.
-    pub fn decide(&self, root: &Value<'_>, explain: bool) -> Decision {
+    /// Decides one input object: the first enabled rule whose condition is
+    /// true. An input the table's schema rejects gets no decision.
+    pub fn decide(&self, root: &Value<'_>, explain: bool) -> Result<Decision, InputError> {
         let arena = Bump::new();
         let slots = self.program.fill_slots(root);
+        self.schema.check(&slots, root)?;
         let mut cx = Ctx::with_slots(&self.program, &arena, slots);
         let mut decision = Decision { trace: explain.then(Vec::new), ..Decision::default() };
         let candidates = self.index.select(&cx.slots);
@@ -144,12 +160,14 @@ impl RuleEngine {
         if explain {
             decision.skipped = self.enabled_before(decision.rule) - decision.evaluated;
         }
-        decision
+        Ok(decision)
     }
 
-    /// The same decision by the reference evaluator: every enabled rule in
-    /// order, conditions walked from the syntax tree, no index.
-    pub fn decide_reference(&self, root: &Value<'_>) -> Decision {
+    /// The same decision by the reference evaluator: the schema walked path by
+    /// path, then every enabled rule in order, conditions walked from the
+    /// syntax tree, no index.
+    pub fn decide_reference(&self, root: &Value<'_>) -> Result<Decision, InputError> {
+        self.schema.check_reference(root)?;
         let arena = Bump::new();
         let mut decision = Decision::default();
         for (r, rule) in self.rules.iter().enumerate() {
@@ -164,7 +182,7 @@ impl RuleEngine {
                 break;
             }
         }
-        decision
+        Ok(decision)
     }
 
     fn record(&self, decision: &mut Decision, r: usize, outcome: Result<bool, EvalError>, root: &Value<'_>) {
