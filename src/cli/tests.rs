@@ -8,6 +8,11 @@ use serde_json::Value as Json;
 
 use crate::table::{Limits, Table};
 
+/// The keys a stored test may have.
+pub const TEST_KEYS: &[&str] = &["name", "input", "expect", "description"];
+/// What a test's `expect` may check.
+pub const EXPECT_KEYS: &[&str] = &["matched", "rule_id", "action"];
+
 /// One stored test.
 #[derive(Debug, Clone)]
 pub struct TableTest {
@@ -64,7 +69,7 @@ fn parse_tests(v: &Json, source: &str) -> Result<Vec<TableTest>, String> {
         let name =
             obj.get("name").and_then(Json::as_str).map(str::to_string).unwrap_or_else(|| format!("test #{}", i + 1));
         for key in obj.keys() {
-            if !["name", "input", "expect", "description"].contains(&key.as_str()) {
+            if !TEST_KEYS.contains(&key.as_str()) {
                 return Err(format!(
                     "{source}: error: test \"{name}\": unknown key \"{key}\" (a test has name, input, expect)"
                 ));
@@ -78,7 +83,7 @@ fn parse_tests(v: &Json, source: &str) -> Result<Vec<TableTest>, String> {
             .cloned()
             .ok_or_else(|| format!("{source}: error: test \"{name}\" needs an \"expect\" object"))?;
         for key in expect.keys() {
-            if !["matched", "rule_id", "action"].contains(&key.as_str()) {
+            if !EXPECT_KEYS.contains(&key.as_str()) {
                 return Err(format!(
                     "{source}: error: test \"{name}\": \"expect\" may hold matched, rule_id and action, not \"{key}\""
                 ));
