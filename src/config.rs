@@ -21,8 +21,8 @@ use crate::suggest::did_you_mean;
 /// Where `clef serve` looks for its configuration when no `-c` is given, in this order.
 pub const DEFAULT_PATHS: [&str; 2] = ["./config.yaml", "/etc/clef/config.yaml"];
 
-/// The top-level keys of `config.yaml`.
-const TOP_KEYS: [&str; 10] =
+/// The top-level keys of `config.yaml` (also what a `CLEF_…` variable may start with).
+pub const TOP_KEYS: [&str; 10] =
     ["server", "model", "admin", "logging", "limits", "state_dir", "cors", "router", "snapshots", "tuning"];
 
 /// The whole configuration, every field defaulted (SPEC §5).

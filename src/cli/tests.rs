@@ -103,8 +103,10 @@ pub fn load_tests_in_table(table: &Table) -> Result<Vec<TableTest>, Vec<Diagnost
     }
 }
 
-const TEST_KEYS: &[&str] = &["name", "input", "expect", "description"];
-const EXPECT_KEYS: &[&str] = &["matched", "rule_id", "action"];
+/// The keys a stored test may have.
+pub const TEST_KEYS: &[&str] = &["name", "input", "expect", "description"];
+/// What a test's `expect` may check.
+pub const EXPECT_KEYS: &[&str] = &["matched", "rule_id", "action"];
 
 fn parse_tests<'s>(
     mut p: Loader<'s>,

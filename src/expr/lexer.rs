@@ -128,6 +128,19 @@ impl Tok {
     }
 }
 
+/// The reserved words: literals and the operators written as words. Any other word is a name
+/// (a field, a function, or one of the parser's [`super::parser::WORD_OPERATORS`]).
+pub const KEYWORDS: &[(&str, Tok)] = &[
+    ("true", Tok::True),
+    ("false", Tok::False),
+    ("nil", Tok::Nil),
+    ("null", Tok::Nil),
+    ("and", Tok::And),
+    ("or", Tok::Or),
+    ("not", Tok::Not),
+    ("in", Tok::In),
+];
+
 /// A token and where it stands in the condition.
 #[derive(Clone, Debug)]
 pub struct Token {
@@ -190,15 +203,9 @@ impl Lexer<'_> {
                     }
                 }
                 let word = &self.src[start..self.pos];
-                let tok = match word {
-                    "true" => Tok::True,
-                    "false" => Tok::False,
-                    "nil" | "null" => Tok::Nil,
-                    "and" => Tok::And,
-                    "or" => Tok::Or,
-                    "not" => Tok::Not,
-                    "in" => Tok::In,
-                    _ => Tok::Ident(word.to_string()),
+                let tok = match KEYWORDS.iter().find(|(w, _)| *w == word) {
+                    Some((_, tok)) => tok.clone(),
+                    None => Tok::Ident(word.to_string()),
                 };
                 self.push(tok, start);
                 continue;

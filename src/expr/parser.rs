@@ -12,6 +12,15 @@ pub const DEFAULT_MAX_DEPTH: usize = 64;
 /// Longest member/index chain accepted (`a.b[0].c` has 3 steps).
 pub const MAX_ACCESS_STEPS: usize = 256;
 
+/// The comparison operators written as names rather than reserved words (`s contains "x"`);
+/// the same names also call the built-in functions (`contains(s, "x")`).
+pub const WORD_OPERATORS: &[(&str, BinOp)] = &[
+    ("contains", BinOp::Contains),
+    ("startsWith", BinOp::StartsWith),
+    ("endsWith", BinOp::EndsWith),
+    ("matches", BinOp::Matches),
+];
+
 /// Parses a whole condition.
 pub fn parse(src: &str, max_depth: usize) -> Result<Expr, ExprError> {
     let tokens = tokenize(src)?;
@@ -139,13 +148,7 @@ impl Parser {
             Tok::Not if *self.peek_at(1) == Tok::In => (BinOp::NotIn, 2),
             Tok::Tilde => (BinOp::Matches, 1),
             Tok::BangTilde => (BinOp::NotMatches, 1),
-            Tok::Ident(w) => match w.as_str() {
-                "contains" => (BinOp::Contains, 1),
-                "startsWith" => (BinOp::StartsWith, 1),
-                "endsWith" => (BinOp::EndsWith, 1),
-                "matches" => (BinOp::Matches, 1),
-                _ => return None,
-            },
+            Tok::Ident(w) => (WORD_OPERATORS.iter().find(|(name, _)| name == w)?.1, 1),
             _ => return None,
         })
     }

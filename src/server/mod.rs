@@ -169,11 +169,8 @@ pub fn run(loaded: Loaded) -> i32 {
     // Taken before loading, so that an edit made while the tables load is noticed.
     let watched = (sources.fingerprint(), file_stamp(&loaded.path));
     let (registry, outcomes) = Registry::open(sources);
-    let workers = if cfg.server.workers == 0 {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-    } else {
-        cfg.server.workers
-    };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let workers = cfg.server.worker_threads(cores);
     let app = Arc::new(App {
         registry,
         default_table: loaded.default_table.clone(),
@@ -196,7 +193,7 @@ pub fn run(loaded: Loaded) -> i32 {
             max_header_bytes: cfg.server.max_header_bytes,
             idle_timeout: Duration::from_millis(cfg.server.idle_timeout_ms),
             read_timeout: Duration::from_millis(cfg.server.read_timeout_ms),
-            write_timeout: Duration::from_millis(5000),
+            write_timeout: Duration::from_millis(cfg.server.write_timeout_ms),
         },
     });
     let mut all_loaded = true;
@@ -218,7 +215,7 @@ pub fn run(loaded: Loaded) -> i32 {
         }
     }
 
-    raise_open_files_limit(cfg.server.max_connections);
+    raise_open_files_limit(cfg.server.open_files_needed(cores), cfg.server.max_connections);
     // Signals go to one thread that waits for them: block them everywhere first.
     let signals = signal_set();
     if let Err(e) = signals.thread_block() {
@@ -311,11 +308,12 @@ fn in_use_hint(e: &std::io::Error, key: &str) -> String {
 }
 
 /// Every connection is a file descriptor: lift the soft limit (often 1024) so that
-/// `max_connections` can be reached.
-fn raise_open_files_limit(max_connections: usize) {
+/// `max_connections` can be reached. (The config check already refused values the hard
+/// limit cannot hold.)
+fn raise_open_files_limit(needed: u64, max_connections: usize) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return };
-    let wanted = (max_connections as u64 + 128).min(hard);
+    let wanted = needed.min(hard);
     if wanted > soft {
         if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, wanted, hard) {
             log::warn!("cannot raise the open files limit to {wanted}: {e}");

@@ -30,9 +30,12 @@ pub struct JevMeta {
     pub params: Option<serde_json::Value>,
 }
 
-const TABLE_KEYS: &[&str] = &["name", "description", "version", "schema", "params", "tests", "default", "rules"];
-const RULE_KEYS: &[&str] = &["id", "condition", "action", "enabled", "description"];
-const PARAM_KEYS: &[&str] = &["value", "min", "max", "step", "tunable", "description"];
+/// The keys a table object may have.
+pub const TABLE_KEYS: &[&str] = &["name", "description", "version", "schema", "params", "tests", "default", "rules"];
+/// The keys a rule may have.
+pub const RULE_KEYS: &[&str] = &["id", "condition", "action", "enabled", "description"];
+/// The keys a parameter declaration may have.
+pub const PARAM_KEYS: &[&str] = &["value", "min", "max", "step", "tunable", "description"];
 
 /// Reads a Jev table's source into a compiled engine.
 pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, JevMeta), Vec<Diagnostic>> {
