@@ -443,7 +443,9 @@ pub(crate) fn read_config_text(path: &Path) -> Result<String, Vec<Diagnostic>> {
         vec![Diagnostic::whole_file(&shown, format!("cannot read the configuration file: {}", io_reason(&e)))]
     };
     let mut bytes = Vec::new();
-    open_regular(path).and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)).map_err(cannot)?;
+    crate::files::open_regular(path)
+        .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(cannot)?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
         return Err(vec![Diagnostic::whole_file(
             &shown,
@@ -469,37 +471,6 @@ pub(crate) fn read_config_text(path: &Path) -> Result<String, Vec<Diagnostic>> {
         Some(rest) => rest.to_string(),
         None => text,
     })
-}
-
-/// Opens `path` for reading if it is a regular file (through symbolic links). The type is checked
-/// before opening, because opening a FIFO blocks until someone writes to it and a device such as
-/// `/dev/zero` never ends; and again on the open file, opened non-blocking, in case the path was
-/// swapped in between.
-fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let regular = |meta: std::fs::Metadata| {
-        let t = meta.file_type();
-        let what = if t.is_file() {
-            return Ok(());
-        } else if t.is_dir() {
-            "a folder"
-        } else if t.is_fifo() {
-            "a FIFO (named pipe)"
-        } else if t.is_char_device() {
-            "a character device"
-        } else if t.is_block_device() {
-            "a block device"
-        } else if t.is_socket() {
-            "a socket"
-        } else {
-            "not a file"
-        };
-        Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("it is {what}, not a regular file")))
-    };
-    regular(std::fs::metadata(path)?)?;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path)?;
-    regular(file.metadata()?)?;
-    Ok(file)
 }
 
 fn io_reason(e: &std::io::Error) -> String {
@@ -1418,7 +1389,7 @@ fn offset_of(text: &str, line: usize, column: usize) -> usize {
 fn read_token_file(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
     let mut bytes = Vec::new();
-    open_regular(path)?.take(MAX_TOKEN_BYTES).read_to_end(&mut bytes)?;
+    crate::files::open_regular(path)?.take(MAX_TOKEN_BYTES).read_to_end(&mut bytes)?;
     String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod diagnostic;
 pub mod expr;
+pub mod files;
 pub mod input;
 pub mod logging;
 pub mod metrics;

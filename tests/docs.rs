@@ -660,7 +660,8 @@ fn codes_with_statuses(sources: &[(PathBuf, String)]) -> BTreeSet<(u16, String)>
         Some(text[start..end].to_string())
     };
     let code_arm = regex::Regex::new(r#"(\w+)::(\w+)\s*(?:\{[^}]*\}|\([^)]*\))?\s*=>\s*"([a-z_]+)""#).expect("regex");
-    let status_arm = regex::Regex::new(r#"((?:\w+::\w+\s*(?:\{[^}]*\}|\([^)]*\))?\s*\|?\s*)+)=>\s*(\d{3})"#).expect("regex");
+    let status_arm =
+        regex::Regex::new(r#"((?:\w+::\w+\s*(?:\{[^}]*\}|\([^)]*\))?\s*\|?\s*)+)=>\s*(\d{3})"#).expect("regex");
     let variant = regex::Regex::new(r#"\w+::(\w+)"#).expect("regex");
     let mut out = BTreeSet::new();
     for (path, text) in sources {

@@ -81,7 +81,10 @@ pub fn load_tests(table: &Table) -> Result<Vec<TableTest>, Vec<Diagnostic>> {
 /// of that table can meet (an unknown or disabled `rule_id`) are problems too.
 pub fn load_tests_file(path: &Path, table: Option<&Table>) -> Result<Vec<TableTest>, Vec<Diagnostic>> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path)
+    let text = crate::files::read_limited(path, crate::table::MAX_TABLE_BYTES)
+        .and_then(|b| {
+            String::from_utf8(b).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+        })
         .map_err(|e| vec![Diagnostic::whole_file(&shown, format!("cannot read the file: {e}"))])?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let raw: &RawValue = serde_json::from_str(text).map_err(|e| vec![jev::json_error(&shown, text, &e)])?;

@@ -7,7 +7,6 @@ pub mod registry;
 pub mod rules;
 
 use std::fmt;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -146,6 +145,14 @@ pub struct ResponseMeta<'a> {
     pub instance: &'a str,
 }
 
+/// The largest table file clef reads: 100,000 rules of a few hundred bytes each fit well.
+pub const MAX_TABLE_BYTES: u64 = 64 << 20;
+
+/// The bytes of a table file: a regular file of at most [`MAX_TABLE_BYTES`].
+pub fn read_table_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    crate::files::read_limited(path, MAX_TABLE_BYTES)
+}
+
 /// The table name for a file: its file name without every extension.
 pub fn table_name(path: &Path) -> String {
     let file = path.file_name().and_then(|n| n.to_str()).unwrap_or("table");
@@ -161,7 +168,8 @@ impl Table {
     /// Loads a table file of any kind.
     pub fn load(path: &Path, limits: &Limits) -> Result<Table, LoadError> {
         let shown = path.display().to_string();
-        let bytes = fs::read(path).map_err(|e| LoadError::single(&shown, format!("cannot read the file: {e}")))?;
+        let bytes =
+            read_table_file(path).map_err(|e| LoadError::single(&shown, format!("cannot read the file: {e}")))?;
         Table::from_bytes(path, &bytes, limits)
     }
 

@@ -169,7 +169,7 @@ impl Registry {
             return (slot, Outcome::Failed { error, serving });
         }
         let path = &paths[0];
-        let bytes = match std::fs::read(path) {
+        let bytes = match super::read_table_file(path) {
             Ok(b) => b,
             Err(e) => {
                 let error = format!("{}: cannot read the file: {e}", path.display());
@@ -228,7 +228,10 @@ impl Sources {
             Ok(entries) => {
                 for entry in entries.flatten() {
                     let path = entry.path();
-                    if path.is_file() && TableKind::of_path(&path).is_some() {
+                    // Anything named like a table is one, even when it is not a readable file
+                    // (a folder put in its place, a file without read permission): loading it
+                    // fails, so the last good version keeps serving and /health says why.
+                    if TableKind::of_path(&path).is_some() {
                         by_name.entry(table_name(&path)).or_default().push(path);
                     }
                 }

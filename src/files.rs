@@ -1,0 +1,51 @@
+//! Reading the files a user names (config, tokens, tables): regular files only, and only up
+//! to a size, so that a path pointing at a FIFO, a device or a huge log fails at once with a
+//! clear reason instead of blocking or exhausting memory.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+/// Opens `path` for reading if it is a regular file (through symbolic links). The type is checked
+/// before opening, because opening a FIFO blocks until someone writes to it and a device such as
+/// `/dev/zero` never ends; and again on the open file, opened non-blocking, in case the path was
+/// swapped in between.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let regular = |meta: std::fs::Metadata| {
+        let t = meta.file_type();
+        let what = if t.is_file() {
+            return Ok(());
+        } else if t.is_dir() {
+            "a folder"
+        } else if t.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        Err(io::Error::new(io::ErrorKind::InvalidInput, format!("it is {what}, not a regular file")))
+    };
+    regular(std::fs::metadata(path)?)?;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path)?;
+    regular(file.metadata()?)?;
+    Ok(file)
+}
+
+/// The bytes of the regular file `path`, refused (`InvalidData`) when it holds more than `max`.
+pub fn read_limited(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    open_regular(path)?.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the file is larger than {max} bytes, the most clef reads of such a file"),
+        ));
+    }
+    Ok(bytes)
+}
