@@ -2,435 +2,18 @@
 //! loopback ports with a config and tables written to a temporary folder, and talks to it over
 //! raw TCP (keep-alive, pipelining and the limits need raw sockets anyway).
 
-use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::{json, Value as Json};
-use sha2::{Digest, Sha256};
 
-// ---------------------------------------------------------------------------------------------
-// helpers: ports, tables, config
+mod common;
 
-/// How long any single read or write may block before the test fails.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().expect("local addr").port()
-}
-
-fn sha12(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect()
-}
-
-/// A small Jev table: `x > 10` → `{"a": ACTION}`, a `tier == "vip"` rule, a disabled rule, a default.
-fn table(action: &str) -> String {
-    format!(
-        r#"{{"default": {{"a": "default"}}, "rules": [
-  {{"id": "big", "condition": "x > 10", "action": {{"a": "{action}"}}}},
-  {{"id": "vip", "condition": "tier == \"vip\" && x > 1", "action": {{"a": "vip"}}, "description": "VIPs"}},
-  {{"id": "off", "condition": "x == 0", "action": {{"a": "off"}}, "enabled": false}}
-]}}
-"#
-    )
-}
-
-/// A table file that fails to load (unknown function).
-const BROKEN: &str = r#"[{"id": "r", "condition": "bogus(x) >", "action": {}}]"#;
-
-/// A config with the main port `@PORT@` and admin port `@ADMIN@`; `server` and `admin` are
-/// extra indented lines for those sections, `rest` more top-level sections.
-fn config(server: &str, admin: &str, rest: &str) -> String {
-    format!("server:\n  host: 127.0.0.1\n  port: @PORT@\n{server}admin:\n  listen: 127.0.0.1:@ADMIN@\n{admin}{rest}")
-}
-
-/// The most common config: default table `risk`, no file watching unless asked.
-fn plain() -> String {
-    config("", "", "model:\n  default_table: risk\n  watch_file: false\n")
-}
-
-fn write(dir: &Path, rel: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
-    let p = dir.join(rel);
-    if let Some(parent) = p.parent() {
-        std::fs::create_dir_all(parent).expect("create folder");
-    }
-    std::fs::write(&p, bytes).expect("write file");
-    p
-}
-
-// ---------------------------------------------------------------------------------------------
-// helpers: the server process
-
-struct Ports {
-    main: u16,
-    admin: u16,
-    spare: u16,
-}
-
-impl Ports {
-    fn new() -> Ports {
-        Ports { main: free_port(), admin: free_port(), spare: free_port() }
-    }
-
-    fn fill(&self, text: &str) -> String {
-        text.replace("@PORT@", &self.main.to_string()).replace("@ADMIN@", &self.admin.to_string())
-    }
-}
-
-/// A running `clef serve`, killed on drop (also when the test panics; then its log is printed).
-struct Server {
-    child: Child,
-    dir: tempfile::TempDir,
-    port: u16,
-    admin: u16,
-    log: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("----- server log ({}) -----\n{}", self.log.display(), self.log_text());
-        }
-    }
-}
-
-impl Server {
-    /// Starts a server with `config` (placeholders filled in) and `tables/NAME` files.
-    fn start(config: &str, tables: &[(&str, &str)]) -> Server {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for (name, text) in tables {
-            write(dir.path(), &format!("tables/{name}"), text);
-        }
-        let config = config.to_string();
-        Server::launch(dir, move |p| p.fill(&config).into_bytes(), |_, _| None)
-    }
-
-    /// Writes `config.yaml` as `config` makes it, runs `clef serve -c DIR/config.yaml` (after
-    /// `tweak` adjusted the command; it returns the main port when that is not the file's) and
-    /// waits until `GET /health` answers.
-    fn launch(
-        dir: tempfile::TempDir,
-        config: impl FnOnce(&Ports) -> Vec<u8>,
-        tweak: impl FnOnce(&mut Command, &Ports) -> Option<u16>,
-    ) -> Server {
-        let ports = Ports::new();
-        let cfg = dir.path().join("config.yaml");
-        std::fs::write(&cfg, config(&ports)).expect("write config");
-        let log = dir.path().join("server.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_clef"));
-        cmd.arg("serve").arg("-c").arg(&cfg).current_dir(dir.path());
-        cmd.stdin(Stdio::null());
-        cmd.stdout(File::create(dir.path().join("server.out")).expect("create stdout file"));
-        cmd.stderr(File::create(&log).expect("create log file"));
-        let port = tweak(&mut cmd, &ports).unwrap_or(ports.main);
-        let child = cmd.spawn().expect("start clef serve");
-        let mut server = Server { child, dir, port, admin: ports.admin, log };
-        server.wait_ready();
-        server
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                panic!("clef serve exited before it was ready ({status})\n{}", self.log_text());
-            }
-            if let Ok(mut c) = Conn::try_open(self.port) {
-                if let Ok(r) = c.try_request("GET", "/health", &[], b"") {
-                    if r.status == 200 || r.status == 503 {
-                        return;
-                    }
-                }
-            }
-            assert!(Instant::now() < deadline, "clef serve did not answer /health within 5 s\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn write_table(&self, name: &str, text: &str) -> PathBuf {
-        write(self.path(), &format!("tables/{name}"), text)
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32)
-    }
-
-    fn signal(&self, sig: Signal) {
-        kill(self.pid(), sig).expect("send a signal to clef");
-    }
-
-    fn get(&self, path: &str) -> Resp {
-        call(self.port, "GET", path, &[], b"")
-    }
-
-    fn post(&self, path: &str, body: &str) -> Resp {
-        call(self.port, "POST", path, &[], body.as_bytes())
-    }
-
-    fn admin_post(&self, path: &str) -> Resp {
-        call(self.admin, "POST", path, &[], b"")
-    }
-
-    fn health(&self) -> Json {
-        let r = self.get("/health");
-        assert_eq!(r.status, 200, "{r:?}");
-        r.json()
-    }
-
-    /// The action's `a` of a decision with `table`.
-    fn action(&self, table: &str, input: &str) -> String {
-        let r = self.post(&format!("/decide/{table}"), input);
-        assert_eq!(r.status, 200, "{r:?}");
-        r.json()["action"]["a"].as_str().unwrap_or("<none>").to_string()
-    }
-
-    /// Waits (at most `secs`) until `f` holds.
-    fn eventually(&self, secs: u64, what: &str, mut f: impl FnMut(&Server) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        while !f(self) {
-            assert!(Instant::now() < deadline, "not within {secs} s: {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Waits (at most 5 s) for the process to exit.
-    fn wait_exit(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Some(s) = self.child.try_wait().expect("try_wait") {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "clef serve did not exit within 5 s\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-/// Runs `clef serve` with a config that must be refused: returns its exit status and stderr.
-fn refused(dir: &tempfile::TempDir, config_text: &str, env: &[(&str, &str)]) -> (ExitStatus, String) {
-    let ports = Ports::new();
-    let cfg = write(dir.path(), "config.yaml", ports.fill(config_text));
-    let log = dir.path().join("server.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_clef"))
-        .arg("serve")
-        .arg("-c")
-        .arg(&cfg)
-        .current_dir(dir.path())
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).expect("create log"))
-        .spawn()
-        .expect("start clef serve");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("try_wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("clef serve started with an invalid config\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    (status, std::fs::read_to_string(&log).unwrap_or_default())
-}
-
-// ---------------------------------------------------------------------------------------------
-// helpers: HTTP over raw sockets
-
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn json(&self) -> Json {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.text()))
-    }
-
-    /// Checks an error answer: status, JSON `{"error": {"code", "message"}}`; returns the message.
-    fn assert_error(&self, status: u16, code: &str) -> String {
-        assert_eq!(self.status, status, "{} {}", self.status, self.text());
-        let ct = self.header("content-type").unwrap_or("");
-        assert!(ct.starts_with("application/json"), "content type {ct}");
-        let j = self.json();
-        assert_eq!(j["error"]["code"], json!(code), "{j}");
-        let message = j["error"]["message"].as_str().unwrap_or_else(|| panic!("no error.message in {j}"));
-        assert!(!message.is_empty(), "{j}");
-        message.to_string()
-    }
-}
-
-/// One client connection with a buffer, so pipelined answers can be read one by one.
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut out = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
-    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-length")) {
-        out.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    for (n, v) in headers {
-        out.push_str(&format!("{n}: {v}\r\n"));
-    }
-    out.push_str("\r\n");
-    let mut bytes = out.into_bytes();
-    bytes.extend_from_slice(body);
-    bytes
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-impl Conn {
-    fn try_open(port: u16) -> io::Result<Conn> {
-        let stream = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), IO_TIMEOUT)?;
-        stream.set_read_timeout(Some(IO_TIMEOUT))?;
-        stream.set_write_timeout(Some(IO_TIMEOUT))?;
-        let _ = stream.set_nodelay(true);
-        Ok(Conn { stream, buf: Vec::new() })
-    }
-
-    fn open(port: u16) -> Conn {
-        Conn::try_open(port).unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port}: {e}"))
-    }
-
-    fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("write to the server");
-    }
-
-    fn try_request(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> io::Result<Resp> {
-        self.stream.write_all(&request_bytes(method, path, headers, body))?;
-        self.read_response()
-    }
-
-    fn request(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
-        self.try_request(method, path, headers, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
-    }
-
-    fn fill(&mut self) -> io::Result<()> {
-        let mut chunk = [0u8; 16384];
-        let n = self.stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection"));
-        }
-        self.buf.extend_from_slice(&chunk[..n]);
-        Ok(())
-    }
-
-    /// Reads one response (skipping `100 Continue`): status line, headers, `Content-Length` body.
-    fn read_response(&mut self) -> io::Result<Resp> {
-        loop {
-            let head_end = loop {
-                if let Some(i) = find(&self.buf, b"\r\n\r\n") {
-                    break i;
-                }
-                self.fill()?;
-            };
-            let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
-            let mut lines = head.split("\r\n");
-            let status_line = lines.next().unwrap_or("");
-            let status: u16 = status_line
-                .split(' ')
-                .nth(1)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
-            assert!(status_line.starts_with("HTTP/1."), "bad status line {status_line:?}");
-            let headers: Vec<(String, String)> = lines
-                .filter_map(|l| l.split_once(':'))
-                .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
-                .collect();
-            let len: usize = headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-                .map(|(_, v)| v.parse().expect("numeric Content-Length"))
-                .unwrap_or(0);
-            while self.buf.len() < head_end + 4 + len {
-                self.fill()?;
-            }
-            let body = self.buf[head_end + 4..head_end + 4 + len].to_vec();
-            self.buf.drain(..head_end + 4 + len);
-            if status == 100 {
-                continue;
-            }
-            return Ok(Resp { status, headers, body });
-        }
-    }
-
-    /// Whether the server closes this connection (EOF or reset) within `within`, reading and
-    /// discarding anything it still sends.
-    fn closed_within(&mut self, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
-        let mut chunk = [0u8; 4096];
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            self.stream.set_read_timeout(Some(left)).expect("set timeout");
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return true,
-                Ok(_) => continue,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => return false,
-                Err(_) => return true,
-            }
-        }
-    }
-}
-
-/// One request on a fresh connection.
-fn call(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
-    Conn::open(port).request(method, path, headers, body)
-}
-
-/// A decision answer with every key of SPEC §6, for `table` served from `file`.
-fn assert_decision(r: &Resp, table: &str, file: &Path) -> Json {
-    assert_eq!(r.status, 200, "{}", r.text());
-    let ct = r.header("content-type").unwrap_or("");
-    assert!(ct.starts_with("application/json"), "content type {ct}");
-    let d = r.json();
-    for key in ["rule_id", "matched", "action", "timestamp", "table", "version", "instance"] {
-        assert!(d.get(key).is_some(), "missing {key} in {d}");
-    }
-    assert_eq!(d["table"], json!(table), "{d}");
-    assert_eq!(d["instance"], json!("local"), "{d}");
-    assert_eq!(d["version"], json!(sha12(&std::fs::read(file).expect("read table"))), "{d}");
-    let ts = d["timestamp"].as_str().expect("timestamp string");
-    assert!(humantime::parse_rfc3339(ts).is_ok() && ts.ends_with('Z'), "timestamp {ts}");
-    d
-}
+use common::*;
 
 // ---------------------------------------------------------------------------------------------
 // decisions
@@ -518,6 +101,42 @@ fn unknown_table_is_404_unknown_table() {
     srv.post("/v1/decide/nope", "{}").assert_error(404, "unknown_table");
     srv.get("/tables/nope").assert_error(404, "unknown_table");
     srv.get("/v1/tables/nope").assert_error(404, "unknown_table");
+    // a near miss names the table that was meant
+    let message = srv.post("/decide/rsik", "{}").assert_error(404, "unknown_table");
+    assert!(message.contains("did you mean \"risk\""), "{message}");
+}
+
+#[test]
+fn a_mistyped_field_under_a_schema_is_422_not_a_decision() {
+    // A gate that must deny a burst: with a string where the schema says number, the deny rule
+    // cannot hold, and the default would let the request through. The schema fails closed.
+    let gate = r#"{"schema": {"burst_10s": "number", "client.tier": "string"},
+      "default": {"allow": true},
+      "rules": [{"id": "burst", "condition": "burst_10s > 100", "action": {"allow": false}}]}"#;
+    let srv =
+        Server::start(&config("", "", "model:\n  default_table: gate\n  watch_file: false\n"), &[("gate.json", gate)]);
+    let message = srv.post("/decide/gate", r#"{"burst_10s": "lots"}"#).assert_error(422, "schema_mismatch");
+    assert!(message.contains("burst_10s") && message.contains("number") && message.contains("string"), "{message}");
+    let message =
+        srv.post("/decide", r#"{"burst_10s": 5, "client": {"tier": 3}}"#).assert_error(422, "schema_mismatch");
+    assert!(message.contains("client.tier"), "{message}");
+    // missing and null fields are nil; undeclared fields are ignored
+    for ok in [r#"{}"#, r#"{"burst_10s": null}"#, r#"{"burst_10s": 5, "other": "x"}"#] {
+        let r = srv.post("/decide/gate", ok);
+        assert_eq!(r.status, 200, "{ok}: {}", r.text());
+        assert_eq!(r.json()["action"]["allow"], json!(true), "{ok}");
+    }
+    assert_eq!(srv.post("/decide/gate", r#"{"burst_10s": 500}"#).json()["action"]["allow"], json!(false));
+}
+
+#[test]
+fn a_default_table_that_is_not_loaded_makes_health_degraded() {
+    let srv = Server::start(&plain(), &[("other.json", &table("other"))]);
+    let h = srv.health();
+    assert_eq!(h["status"], json!("degraded"), "{h}");
+    let why = h["errors"]["risk"].as_str().unwrap_or_else(|| panic!("no reason for risk in {h}"));
+    assert!(why.contains("default table") && why.contains("model.default_table"), "{why}");
+    srv.post("/decide", "{}").assert_error(404, "unknown_table");
 }
 
 #[test]
@@ -581,7 +200,8 @@ fn a_body_over_max_body_bytes_is_413() {
     let mut c = Conn::open(srv.port);
     c.send(b"POST /decide/risk HTTP/1.1\r\nHost: x\r\nContent-Length: 1025\r\n\r\n");
     let r = c.read_response().expect("a 413 answer");
-    r.assert_error(413, "body_too_large");
+    let message = r.assert_error(413, "body_too_large");
+    assert!(message.contains("server.max_body_bytes"), "{message}");
     assert_eq!(srv.health()["status"], json!("ok"));
 }
 
@@ -1361,8 +981,9 @@ fn sigterm_drains_and_exits_0() {
     let mut c = Conn::open(srv.port);
     assert_eq!(c.request("GET", "/health", &[], b"").status, 200);
     srv.signal(Signal::SIGTERM);
-    // While draining (it may be too short to see), /health is 503 "draining" and decisions 503 draining.
-    let mut observed = None;
+    // While draining, /health is 503 "draining" and every answer closes its connection; a
+    // decision on a new connection is 503 draining too.
+    let mut observed = false;
     for _ in 0..200 {
         let h = match c.try_request("GET", "/health", &[], b"") {
             Ok(r) => r,
@@ -1370,15 +991,19 @@ fn sigterm_drains_and_exits_0() {
         };
         if h.status == 503 {
             assert_eq!(h.json()["status"], json!("draining"), "{}", h.text());
-            observed = Some(c.try_request("POST", "/decide/risk", &[], br#"{"x": 50}"#));
+            assert_eq!(h.header("connection"), Some("close"), "{:?}", h.headers);
+            observed = true;
+            if let Ok(mut d) = Conn::try_open(srv.port) {
+                if let Ok(r) = d.try_request("POST", "/decide/risk", &[], br#"{"x": 50}"#) {
+                    r.assert_error(503, "draining");
+                    assert_eq!(r.header("connection"), Some("close"));
+                }
+            }
             break;
         }
         assert_eq!(h.json()["status"], json!("ok"));
     }
-    assert!(observed.is_some(), "never saw draining");
-    if let Some(Ok(r)) = observed {
-        r.assert_error(503, "draining");
-    }
+    assert!(observed, "never saw draining");
     let status = srv.wait_exit();
     assert_eq!(status.code(), Some(0), "{status}\n{}", srv.log_text());
 }
@@ -1402,8 +1027,8 @@ fn expect_100_continue_is_answered() {
 
 #[test]
 fn head_answers_carry_no_body_so_keep_alive_stays_in_step() {
-    // BUG: a HEAD response carries the GET body (RFC 9110 §9.3.2 forbids it), so the client reads
-    // those bytes as the start of the next response and pipelining/keep-alive break (SPEC §6).
+    // A HEAD answer must not carry the GET body (RFC 9110 §9.3.2): a client would read those
+    // bytes as the start of the next answer, and pipelining and keep-alive would break.
     let srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
     let mut c = Conn::open(srv.port);
     let mut all = request_bytes("HEAD", "/health", &[], b"");

@@ -32,9 +32,10 @@
 //!   reader is fine); and answers the kernel accepted but the client never
 //!   reads (its send queue does not shrink) close the connection after it too,
 //!   rather than holding it until the idle timeout.
-//! - Draining (SIGTERM): an idle connection closes at its next wake-up
-//!   (within [`IDLE_SLICE`]); a request that arrives is answered by the
-//!   handler, which closes the connection after the answer.
+//! - Draining (SIGTERM): every answer from then on says `Connection: close`;
+//!   an idle connection closes at its next wake-up (within [`IDLE_SLICE`]),
+//!   once it has been idle for a short grace, so that a request its client
+//!   sent just after the last answer is answered (503) rather than reset.
 
 use std::io::{self, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -94,6 +95,10 @@ const KEEP_CAPACITY: usize = 16 * 1024;
 /// How long an idle connection waits before it frees its buffers, checks for draining and
 /// for answers its client does not read.
 pub const IDLE_SLICE: Duration = Duration::from_secs(1);
+
+/// During a drain, how long a connection that was just answered is kept open for the next
+/// request its client may already be sending.
+const DRAIN_GRACE: Duration = Duration::from_millis(200);
 
 enum Step {
     /// a full request was answered; it used this many bytes of the buffer
@@ -203,6 +208,11 @@ impl Conn<'_> {
             let pending = &self.input[consumed..self.filled];
             match step(pending, self.limits, handler, &mut self.rsp, &mut self.continued) {
                 Ok(Step::Answered(n)) => {
+                    if observer.draining() {
+                        // even an answer to a request that began before the drain says so,
+                        // or its client would send the next request into a closing socket
+                        self.rsp.close = true;
+                    }
                     self.rsp.encode(&mut self.out);
                     observer.responded(self.rsp.status);
                     consumed += n;
@@ -282,10 +292,15 @@ impl Conn<'_> {
                 }
                 left
             } else {
-                if observer.draining() {
-                    return false;
-                }
-                let left = self.limits.idle_timeout.saturating_sub(now - self.idle_since);
+                let idle_for = now - self.idle_since;
+                let left = if observer.draining() {
+                    // A client that just got an answer may be sending its next request right
+                    // now: give it a moment to arrive (it is answered 503 with `Connection:
+                    // close`) rather than closing under it, which would reset that request.
+                    DRAIN_GRACE.saturating_sub(idle_for)
+                } else {
+                    self.limits.idle_timeout.saturating_sub(idle_for)
+                };
                 if left.is_zero() {
                     return false;
                 }

@@ -1,0 +1,371 @@
+//! `clef serve` under abuse (SPEC §5, §6): memory a client can make the server hold, clients
+//! that stop reading, two processes or two listeners on one port, config values that cannot
+//! work, draining under load, tables swapped for folders. Every test starts the real binary on
+//! loopback ports and bounds its own time.
+
+mod common;
+
+use std::io::{ErrorKind, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+const MODEL: &str = "model:\n  default_table: risk\n  watch_file: false\n";
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A client socket whose receive buffer is small, so that answers it does not read stay
+/// in the server's send queue instead of the client's.
+fn small_window_client(port: u16) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    socket.connect_timeout(&addr(port).into(), Duration::from_secs(5)).expect("connect");
+    socket.into()
+}
+
+/// Sends as much of `bytes` to every socket as the server takes within `within`, without
+/// ever reading; returns how many bytes each took.
+fn push_without_reading(socks: &mut [TcpStream], bytes: &[u8], within: Duration) -> Vec<usize> {
+    let mut sent = vec![0usize; socks.len()];
+    for s in socks.iter() {
+        s.set_nonblocking(true).expect("nonblocking");
+    }
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline && sent.iter().any(|&n| n < bytes.len()) {
+        let mut progress = false;
+        for (s, n) in socks.iter_mut().zip(sent.iter_mut()) {
+            if *n < bytes.len() {
+                match s.write(&bytes[*n..]) {
+                    Ok(k) => {
+                        *n += k;
+                        progress |= k > 0;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(_) => *n = bytes.len(),
+                }
+            }
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    sent
+}
+
+/// The value of an unlabelled metric (Prometheus text format).
+fn metric(srv: &Server, name: &str) -> f64 {
+    let text = srv.get("/metrics").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+}
+
+/// Waits at most `within` for the server's RSS to come back to `limit_kib`; returns the last reading.
+fn rss_settles(srv: &Server, limit_kib: u64, within: Duration) -> u64 {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = srv.rss_kib();
+        if now <= limit_kib || Instant::now() >= deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// memory one client can take
+
+#[test]
+fn pipelined_answers_to_clients_that_never_read_cannot_grow_the_server() {
+    // Each attacker sends a 65 KB body (growing its read buffer), then 128 KB of pipelined
+    // GET /metrics (thousands of answers of a few KB) and never reads. Before the backpressure,
+    // 10 of them took the server from 12 to 354 MB, and 1.5 GB stayed after they left.
+    let cfg = config("  write_timeout_ms: 1000\n  read_timeout_ms: 3000\n  idle_timeout_ms: 20000\n", "", MODEL);
+    let srv = Server::start(&cfg, &[("risk.json", &table("big"))]);
+    let before = srv.rss_kib();
+    let body = format!("{{\"x\": 1, \"pad\": \"{}\"}}", "a".repeat(65_000));
+    let mut attack = request_bytes("POST", "/decide/risk", &[], body.as_bytes());
+    let metrics = request_bytes("GET", "/metrics", &[], b"");
+    while attack.len() < 65_000 + 128 * 1024 {
+        attack.extend_from_slice(&metrics);
+    }
+    let attackers = 32;
+    let mut socks: Vec<TcpStream> = (0..attackers).map(|_| small_window_client(srv.port)).collect();
+    let sent = push_without_reading(&mut socks, &attack, Duration::from_secs(2));
+    assert!(sent.iter().all(|&n| n > 70_000), "the attack did not get going: {sent:?}");
+    let mut peak = 0;
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_millis(1500) {
+        peak = peak.max(srv.rss_kib());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(socks);
+    let after = rss_settles(&srv, before + 16 * 1024, Duration::from_secs(5));
+    eprintln!("RSS: before {before} KiB, peak {peak} KiB with {attackers} attackers, after {after} KiB");
+    // the goal is at most 128 MB for 64 attackers; 32 here
+    assert!(peak < before + 64 * 1024, "RSS grew from {before} to {peak} KiB");
+    assert!(after <= before + 16 * 1024, "RSS stayed at {after} KiB (from {before} KiB)");
+    assert_eq!(srv.action("risk", r#"{"x": 50}"#), "big");
+}
+
+#[test]
+fn idle_connections_give_their_buffers_back() {
+    // Before: 2,000 idle keep-alive connections that each sent one 64 KB body held 311 MB.
+    let srv = Server::start(&config("", "", MODEL), &[("risk.json", &table("big"))]);
+    let before = srv.rss_kib();
+    let body = format!("{{\"x\": 50, \"pad\": \"{}\"}}", "a".repeat(64_000));
+    let n = 500;
+    let mut conns: Vec<Conn> = (0..n).map(|_| Conn::open(srv.port)).collect();
+    for c in &mut conns {
+        c.send(&request_bytes("POST", "/decide/risk", &[], body.as_bytes()));
+    }
+    for c in &mut conns {
+        assert_eq!(c.read_response().expect("an answer").status, 200);
+    }
+    // a connection idle for a second frees its buffers
+    std::thread::sleep(Duration::from_millis(2500));
+    let idle = srv.rss_kib();
+    let per_connection = (idle.saturating_sub(before)) / n;
+    eprintln!("RSS: before {before} KiB, {n} idle connections {idle} KiB ({per_connection} KiB each)");
+    assert!(per_connection <= 32, "{per_connection} KiB per idle connection (RSS {before} → {idle} KiB)");
+    // and they still work
+    assert_eq!(conns[0].request("POST", "/decide/risk", &[], br#"{"x": 50}"#).status, 200);
+    drop(conns);
+    let after = rss_settles(&srv, before + 8 * 1024, Duration::from_secs(5));
+    assert!(after <= before + 8 * 1024, "RSS stayed at {after} KiB after the connections closed (from {before})");
+}
+
+// ---------------------------------------------------------------------------------------------
+// the write timeout
+
+#[test]
+fn clients_that_stop_reading_are_dropped_after_the_write_timeout() {
+    let cfg = config("  write_timeout_ms: 500\n  read_timeout_ms: 3000\n  idle_timeout_ms: 20000\n", "", MODEL);
+    let srv = Server::start(&cfg, &[("risk.json", &table("big"))]);
+    // answers that fit in the server's socket buffer but are never read by the client
+    let mut parked = small_window_client(srv.port);
+    let few: Vec<u8> = (0..8).flat_map(|_| request_bytes("GET", "/metrics", &[], b"")).collect();
+    parked.write_all(&few).expect("send");
+    // answers that block the server's writes
+    let mut flood = vec![small_window_client(srv.port)];
+    let many: Vec<u8> = (0..3000).flat_map(|_| request_bytes("GET", "/metrics", &[], b"")).collect();
+    push_without_reading(&mut flood, &many, Duration::from_millis(500));
+    let started = Instant::now();
+    let closed = loop {
+        let open = metric(&srv, "clef_open_connections");
+        if open <= 1.0 {
+            break started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{open} connections still open after 5 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("both non-reading clients were dropped {closed:?} after the last write");
+    assert!(metric(&srv, "clef_write_timeouts_total") >= 2.0);
+    drop((parked, flood));
+}
+
+// ---------------------------------------------------------------------------------------------
+// one port, one owner
+
+#[test]
+fn a_second_server_on_a_busy_port_is_refused() {
+    let first = Server::start(&plain(), &[("risk.json", &table("first"))]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    write(dir.path(), "tables/risk.json", table("second"));
+    let text = plain().replace("@PORT@", &first.port.to_string());
+    let (status, err) = refused(&dir, &text, &[]);
+    assert!(!status.success(), "{status}");
+    assert!(err.contains(&format!("127.0.0.1:{}", first.port)) && err.contains("in use"), "{err}");
+    // every decision is still the first server's
+    for _ in 0..12 {
+        assert_eq!(first.action("risk", r#"{"x": 50}"#), "first");
+    }
+}
+
+#[test]
+fn an_admin_listener_on_the_decision_port_is_refused() {
+    for admin in ["127.0.0.1:@PORT@", "0.0.0.0:@PORT@"] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        write(dir.path(), "tables/risk.json", table("big"));
+        let text = format!("server:\n  host: 127.0.0.1\n  port: @PORT@\nadmin:\n  listen: \"{admin}\"\n{MODEL}");
+        let (status, err) = refused(&dir, &text, &[]);
+        assert!(!status.success(), "{status}");
+        assert!(err.contains("overlaps the decision listener"), "{admin}: {err}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// draining
+
+/// What happened to one request sent during the drain test.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fate {
+    Answered {
+        status: u16,
+        close: bool,
+    },
+    /// reset, EOF or a refused connection: no answer
+    Lost,
+}
+
+#[test]
+fn sigterm_under_load_answers_every_request_it_reads() {
+    let mut srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
+    let port = srv.port;
+    let log: Arc<Mutex<Vec<(Instant, Fate)>>> = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (log, stop) = (log.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut conn: Option<Conn> = None;
+                let mut sent = 0;
+                while !stop.load(Ordering::Relaxed) && sent < 50_000 {
+                    let c = match conn.as_mut() {
+                        Some(c) => c,
+                        None => match Conn::try_open(port) {
+                            Ok(c) => conn.insert(c),
+                            Err(_) => {
+                                log.lock().unwrap().push((Instant::now(), Fate::Lost));
+                                return;
+                            }
+                        },
+                    };
+                    let at = Instant::now();
+                    sent += 1;
+                    let fate = match c.try_request("POST", "/decide/risk", &[], br#"{"x": 50}"#) {
+                        Ok(r) => {
+                            let close = r.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+                            Fate::Answered { status: r.status, close }
+                        }
+                        Err(_) => Fate::Lost,
+                    };
+                    log.lock().unwrap().push((at, fate));
+                    match fate {
+                        Fate::Answered { close: false, .. } => {}
+                        _ => conn = None,
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    srv.signal(Signal::SIGTERM);
+    let status = srv.wait_exit();
+    let exited = Instant::now();
+    std::thread::sleep(Duration::from_millis(50));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().expect("client thread");
+    }
+    assert_eq!(status.code(), Some(0), "{status}\n{}", srv.log_text());
+    let log = log.lock().unwrap();
+    let answered = log.iter().filter(|(_, f)| matches!(f, Fate::Answered { status: 200, .. })).count();
+    let draining: Vec<_> = log.iter().filter(|(_, f)| matches!(f, Fate::Answered { status: 503, .. })).collect();
+    assert!(answered > 100, "too little load: {answered} decisions");
+    assert!(!draining.is_empty(), "no request saw the drain");
+    assert!(
+        draining.iter().all(|(_, f)| matches!(f, Fate::Answered { close: true, .. })),
+        "a 503 draining without Connection: close"
+    );
+    // a request sent more than a few milliseconds before the exit was answered
+    let lost_early: Vec<Duration> = log
+        .iter()
+        .filter(|(at, f)| *f == Fate::Lost && *at + Duration::from_millis(25) < exited)
+        .map(|(at, _)| exited.duration_since(*at))
+        .collect();
+    eprintln!("{answered} decisions, {} answered 503 draining, lost early: {lost_early:?}", draining.len());
+    assert!(lost_early.is_empty(), "requests sent this long before the exit got no answer: {lost_early:?}");
+}
+
+#[test]
+fn draining_closes_idle_keep_alive_connections() {
+    let mut srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
+    let mut idle = Conn::open(srv.port);
+    assert_eq!(idle.request("GET", "/health", &[], b"").status, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    srv.signal(Signal::SIGTERM);
+    assert!(idle.closed_within(Duration::from_secs(3)), "an idle connection stayed open during the drain");
+    assert_eq!(srv.wait_exit().code(), Some(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// tables swapped under the server
+
+#[test]
+fn a_table_replaced_by_a_folder_keeps_serving_and_health_says_why() {
+    let srv = Server::start(&plain(), &[("risk.json", &table("big")), ("other.json", &table("other"))]);
+    let path = srv.path().join("tables/risk.json");
+    std::fs::remove_file(&path).expect("remove");
+    std::fs::create_dir(&path).expect("a folder in its place");
+    let r = srv.admin_post("/reload");
+    let outcome = r.json()["tables"].as_array().expect("tables").iter().find(|t| t["table"] == json!("risk")).cloned();
+    assert_eq!(outcome.as_ref().map(|o| o["result"].clone()), Some(json!("failed")), "{}", r.text());
+    assert_eq!(srv.action("risk", r#"{"x": 50}"#), "big", "the last good version still serves");
+    let h = srv.health();
+    assert_eq!(h["status"], json!("degraded"), "{h}");
+    assert!(h["errors"]["risk"].as_str().is_some_and(|e| e.contains("folder")), "{h}");
+}
+
+#[test]
+fn deleting_the_default_table_makes_health_degraded() {
+    let srv = Server::start(&plain(), &[("risk.json", &table("big")), ("other.json", &table("other"))]);
+    std::fs::remove_file(srv.path().join("tables/risk.json")).expect("remove");
+    let r = srv.admin_post("/reload");
+    assert!(r.text().contains("\"removed\""), "{}", r.text());
+    let h = srv.health();
+    assert_eq!(h["status"], json!("degraded"), "{h}");
+    assert!(h["errors"]["risk"].as_str().is_some_and(|e| e.contains("default table")), "{h}");
+    assert_eq!(srv.action("other", r#"{"x": 50}"#), "other");
+}
+
+// ---------------------------------------------------------------------------------------------
+// smaller points
+
+#[test]
+fn content_length_must_be_plain_digits() {
+    let srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
+    for bad in ["+9", "009", "-9", "9 9", "0x9"] {
+        let mut c = Conn::open(srv.port);
+        let r = c.request("POST", "/decide/risk", &[("Content-Length", bad)], br#"{"x": 50}"#);
+        r.assert_error(400, "invalid_body");
+        assert_eq!(r.header("connection"), Some("close"), "{bad}");
+    }
+    let mut c = Conn::open(srv.port);
+    assert_eq!(c.request("POST", "/decide/risk", &[("Content-Length", "9")], br#"{"x": 50}"#).status, 200);
+}
+
+#[test]
+fn table_names_in_paths_are_percent_decoded() {
+    let srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
+    let r = srv.post("/decide/ris%6b", r#"{"x": 50}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["table"], json!("risk"));
+    srv.post("/decide/ris%2Fk", r#"{"x": 50}"#).assert_error(404, "unknown_table");
+}
+
+#[test]
+fn table_listings_need_the_decision_token_and_show_files_only_to_admins() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write(dir.path(), "tables/risk.json", table("big"));
+    write(dir.path(), "decide.token", "s3cret\n");
+    let text = config("  token_file: decide.token\n", "", MODEL);
+    let srv = Server::launch(dir, move |p| p.fill(&text).into_bytes(), |_, _| None);
+    for path in ["/tables", "/tables/risk", "/v1/tables/risk"] {
+        srv.get(path).assert_error(401, "unauthorized");
+        let r = call(srv.port, "GET", path, &[("Authorization", "Bearer s3cret")], b"");
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert!(!r.text().contains(srv.path().to_str().unwrap()), "{path} shows a file path: {}", r.text());
+    }
+    let admin = call(srv.admin, "GET", "/tables/risk", &[], b"");
+    assert_eq!(admin.status, 200);
+    assert!(admin.json()["files"][0].as_str().is_some_and(|f| f.ends_with("tables/risk.json")), "{}", admin.text());
+}
