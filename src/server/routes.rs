@@ -1,7 +1,10 @@
 //! The endpoints of SPEC §6: routing, authorization, and each handler.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::SystemTime;
+
+use percent_encoding::percent_decode_str;
 
 use super::http::{Request, Response};
 use super::App;
@@ -20,38 +23,43 @@ pub enum Listener {
     Admin,
 }
 
-/// The routes, for 404 vs 405 answers. Names are percent-decoded path segments.
-enum Route {
-    Decide(Option<String>),
+/// The routes, for 404 vs 405 answers. Names are percent-decoded path segments (borrowed
+/// from the path unless they hold an escape).
+enum Route<'p> {
+    Decide(Option<Cow<'p, str>>),
     Health,
     Metrics,
     Tables,
-    Table(String),
+    Table(Cow<'p, str>),
     Reload,
-    Rollback(String),
+    Rollback(Cow<'p, str>),
     NotFound,
 }
 
-fn route(path: &str) -> Route {
+fn route(path: &str) -> Route<'_> {
     let path = path.strip_prefix("/v1").filter(|p| p.starts_with('/')).unwrap_or(path);
     let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
+    let mut segments = path.split('/').skip(1);
+    let parts = [segments.next(), segments.next(), segments.next()];
+    if segments.next().is_some() {
+        return Route::NotFound;
+    }
     // Each segment is decoded on its own, so `%2F` stays inside a name rather than making a new segment.
-    let mut segments = Vec::new();
-    for raw in path.split('/').skip(1) {
-        match percent_encoding::percent_decode_str(raw).decode_utf8() {
-            Ok(s) => segments.push(s.into_owned()),
-            Err(_) => return Route::NotFound,
+    fn named<'p>(raw: &'p str, make: fn(Cow<'p, str>) -> Route<'p>) -> Route<'p> {
+        match percent_decode_str(raw).decode_utf8() {
+            Ok(name) if !name.is_empty() => make(name),
+            _ => Route::NotFound,
         }
     }
-    match segments.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        ["decide"] => Route::Decide(None),
-        ["decide", name] if !name.is_empty() => Route::Decide(Some(name.to_string())),
-        ["health"] => Route::Health,
-        ["metrics"] => Route::Metrics,
-        ["tables"] => Route::Tables,
-        ["tables", name] if !name.is_empty() => Route::Table(name.to_string()),
-        ["tables", name, "rollback"] if !name.is_empty() => Route::Rollback(name.to_string()),
-        ["reload"] => Route::Reload,
+    match parts {
+        [Some("decide"), None, None] => Route::Decide(None),
+        [Some("decide"), Some(name), None] => named(name, |n| Route::Decide(Some(n))),
+        [Some("health"), None, None] => Route::Health,
+        [Some("metrics"), None, None] => Route::Metrics,
+        [Some("tables"), None, None] => Route::Tables,
+        [Some("tables"), Some(name), None] => named(name, Route::Table),
+        [Some("tables"), Some(name), Some("rollback")] => named(name, Route::Rollback),
+        [Some("reload"), None, None] => Route::Reload,
         _ => Route::NotFound,
     }
 }
