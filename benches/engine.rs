@@ -49,7 +49,7 @@ fn decide(c: &mut Criterion) {
             serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
         let d = table.decide(&input, false).unwrap();
         assert_eq!(
-            d.rule.map(|r| table.engine.rules[r].id.as_str()),
+            table.outcome_id(&d).as_deref(),
             expected["matched_rule_id"].as_str(),
             "the workload's last rule must match"
         );

@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod decide;
 pub mod diagnostic;
 pub mod expr;
 pub mod files;

@@ -94,7 +94,7 @@ fn cases() -> Vec<Case> {
             text: "[\n  {\"id\": \"a\", \"condition\": \"true\", \"action\": \"allow\"}\n]\n".into(),
             line: 2,
             col: 46,
-            fragment: "\"action\" must be a JSON object",
+            fragment: "\"action\" must be an object",
         },
         Case {
             name: "unknown_rule_key",

@@ -25,7 +25,7 @@ fn decide(table: &Table, input: &Json) -> Result<Option<String>, InputError> {
     let rule = |r: &Result<clef::table::Decision, InputError>| r.clone().map(|d| d.rule);
     assert_eq!(rule(&fast), rule(&reference), "optimized and reference differ on {input}");
     assert_eq!(rule(&fast), rule(&explained), "explain changes the outcome on {input}");
-    fast.map(|d| d.rule.map(|r| table.engine.rules[r].id.clone()))
+    fast.map(|d| table.outcome_id(&d))
 }
 
 fn mismatch(path: &str, declared: &'static str, actual: &'static str) -> InputError {

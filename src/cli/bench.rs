@@ -53,15 +53,10 @@ pub fn run(table_path: &Path, input_path: &Path, n: usize, json: bool) -> i32 {
             p99,
             per_second,
             compile_ms,
-            table.engine.rules.len()
+            table.engine.outcome_count()
         );
     } else {
-        println!(
-            "table:      {} ({} rules, {} indexed fields)",
-            table.name,
-            table.engine.rules.len(),
-            table.engine.indexed_fields()
-        );
+        println!("table:      {} ({})", table.name, table.engine.summary());
         println!("compile:    {compile_ms:.2} ms");
         println!("decisions:  {n} (input parsing included, one core)");
         println!("median:     {}", human_ns(median));

@@ -77,7 +77,7 @@ pub fn run(paths: &[PathBuf]) -> i32 {
                 "{shown}: ok ({} table \"{}\", {} rules{tests}, version {})",
                 table.kind.name(),
                 table.name,
-                table.engine.rules.len(),
+                table.engine.outcome_count(),
                 table.version
             );
             tally.count(true);

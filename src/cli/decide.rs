@@ -1,10 +1,9 @@
 //! `clef decide TABLE [INPUT|-] [--explain]`
 
+use crate::decide as pipeline;
+use crate::table::{Limits, Table};
 use std::io::Read;
 use std::path::Path;
-use std::time::SystemTime;
-
-use crate::table::{Limits, ResponseMeta, Table};
 
 pub fn run(table_path: &Path, input: Option<&Path>, explain: bool) -> i32 {
     let table = match Table::load(table_path, &Limits::default()) {
@@ -21,11 +20,10 @@ pub fn run(table_path: &Path, input: Option<&Path>, explain: bool) -> i32 {
             return 2;
         }
     };
-    match table.decide(&body, explain) {
-        Ok(decision) => {
-            let mut out = String::new();
-            let meta = ResponseMeta { timestamp: SystemTime::now(), snapshot_id: None, instance: "local" };
-            table.write_decision(&decision, &meta, &mut out);
+    let mut out = String::new();
+    let options = pipeline::Options { explain, ..pipeline::Options::default() };
+    match pipeline::decide(&table, &body, &options, &mut out) {
+        Ok(_) => {
             println!("{out}");
             0
         }

@@ -218,15 +218,15 @@ fn expectations<'s>(
         expect.insert(key.clone(), value);
     }
     if let (Some(Json::String(id)), Some(table)) = (expect.get("rule_id"), table) {
-        let rules = &table.engine.rules;
-        match rules.iter().find(|r| r.id == *id) {
+        let ids = table.engine.outcome_ids();
+        match ids.iter().position(|r| r == id) {
             None => {
-                let hint = did_you_mean(id, rules.iter().map(|r| r.id.as_str()))
+                let hint = did_you_mean(id, ids.iter().map(String::as_str))
                     .map(|s| format!("; did you mean \"{s}\"?"))
                     .unwrap_or_default();
                 p.at(fields["rule_id"], format!("{label}: the table has no rule \"{id}\"{hint}"));
             }
-            Some(r) if !r.enabled => p.at(
+            Some(i) if !table.engine.outcome_enabled(i) => p.at(
                 fields["rule_id"],
                 format!("{label}: rule \"{id}\" is disabled (\"enabled\": false), so no decision names it"),
             ),
@@ -253,7 +253,7 @@ pub fn run_test(table: &Table, test: &TableTest) -> TestOutcome {
         Ok(d) => {
             matched_rule = d.rule;
             let actual_action: Json = serde_json::from_str(table.action_json(&d)).unwrap_or(Json::Null);
-            let actual_rule = d.rule.map(|r| Json::String(table.engine.rules[r].id.clone())).unwrap_or(Json::Null);
+            let actual_rule = table.outcome_id(&d).map(Json::String).unwrap_or(Json::Null);
             for (key, expected) in &test.expect {
                 let actual = match key.as_str() {
                     "matched" => Json::Bool(d.rule.is_some()),
@@ -325,16 +325,19 @@ pub fn run(paths: &[PathBuf], coverage: bool) -> i32 {
             println!("  warning: {} has no tests (add {})", table.name, tests_file_for(&path).display());
         }
         if coverage {
-            let rules = &table.engine.rules;
-            let enabled = rules.iter().filter(|r| r.enabled).count();
-            let missing: Vec<&str> = rules
-                .iter()
-                .enumerate()
-                .filter(|(i, r)| r.enabled && !reached.contains(i))
-                .map(|(_, r)| r.id.as_str())
-                .collect();
-            let disabled: Vec<&str> = rules.iter().filter(|r| !r.enabled).map(|r| r.id.as_str()).collect();
-            println!("  coverage: {}/{} enabled rules reached by a test", enabled - missing.len(), enabled);
+            let engine = &table.engine;
+            let ids = engine.outcome_ids();
+            let on = |i: usize| engine.outcome_enabled(i);
+            let enabled = (0..ids.len()).filter(|&i| on(i)).count();
+            let missing: Vec<&str> =
+                (0..ids.len()).filter(|&i| on(i) && !reached.contains(&i)).map(|i| ids[i].as_str()).collect();
+            let disabled: Vec<&str> = (0..ids.len()).filter(|&i| !on(i)).map(|i| ids[i].as_str()).collect();
+            println!(
+                "  coverage: {}/{} enabled {} reached by a test",
+                enabled - missing.len(),
+                enabled,
+                engine.outcome_noun()
+            );
             if !missing.is_empty() {
                 println!("  not reached: {}", missing.join(", "));
             }

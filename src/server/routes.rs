@@ -2,17 +2,16 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
-use std::time::SystemTime;
 
 use percent_encoding::percent_decode_str;
 
 use super::http::{Request, Response};
 use super::App;
+use crate::decide::{self as pipeline, Refusal};
 use crate::expr::value::{write_json_float, write_json_string};
 use crate::metrics::{self, Gauges, TableView};
-use crate::suggest::did_you_mean;
 use crate::table::registry::{Outcome, RollbackError, Tables};
-use crate::table::{write_timestamp, ResponseMeta, Table};
+use crate::table::{write_timestamp, Table};
 
 /// Which listener a request came in on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,17 +146,9 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
     }
 }
 
-/// The 404 for a table name nobody serves, with the closest loaded name when there is one.
-fn unknown_table(tables: &Tables, name: &str, rsp: &mut Response) {
-    let message = match did_you_mean(name, tables.slots.keys().map(String::as_str)) {
-        Some(close) => format!("no table named \"{name}\"; did you mean \"{close}\"?"),
-        None if tables.slots.is_empty() => format!("no table named \"{name}\"; no tables are loaded"),
-        None => {
-            let names: Vec<&str> = tables.slots.keys().map(String::as_str).take(20).collect();
-            format!("no table named \"{name}\"; the tables are {}", names.join(", "))
-        }
-    };
-    rsp.error(404, "unknown_table", &message);
+/// Answers a request that gets no decision.
+fn refuse(refusal: &Refusal, rsp: &mut Response) {
+    rsp.error(refusal.status(), refusal.code(), &refusal.to_string());
 }
 
 fn authorized(expected: Option<&str>, req: &Request<'_>) -> bool {
@@ -182,34 +173,20 @@ fn add_cors_headers(app: &App, req: &Request<'_>, rsp: &mut Response) {
 
 fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
     let tables = app.registry.snapshot();
-    let name = match name.or(app.default_table.as_deref()) {
-        Some(n) => n,
-        None => {
-            rsp.error(404, "unknown_table", "no default table is configured; use POST /decide/{table}");
-            return;
-        }
+    let (slot, table) = match pipeline::resolve(&tables, name, app.default_table.as_deref()) {
+        Ok(found) => found,
+        Err(refusal) => return refuse(&refusal, rsp),
     };
-    let Some(slot) = tables.get(name) else {
-        unknown_table(&tables, name, rsp);
-        return;
-    };
-    let Some(table) = slot.current.as_ref() else {
-        let why = slot.error.as_deref().unwrap_or("it has never loaded");
-        rsp.error(503, "table_unavailable", &format!("table \"{name}\" is not available: {why}"));
-        return;
-    };
-    let explain = req.query_flag("explain");
+    let options = pipeline::Options { explain: req.query_flag("explain"), ..pipeline::Options::default() };
     let inflight = app.enter();
-    match table.decide(req.body, explain) {
+    match pipeline::decide(table, req.body, &options, &mut rsp.body) {
         Ok(decision) => {
-            let latency = inflight.elapsed_ns();
             let warned: Vec<usize> = decision.warnings.iter().map(|w| w.rule).collect();
-            slot.stats.record(decision.rule, latency, &warned);
-            let meta = ResponseMeta { timestamp: SystemTime::now(), snapshot_id: None, instance: "local" };
-            table.write_decision(&decision, &meta, &mut rsp.body);
+            slot.stats.record(decision.rule, inflight.elapsed_ns(), &warned);
         }
         Err(e) => {
             slot.stats.record_invalid_input();
+            rsp.body.clear();
             rsp.error(e.status(), e.code(), &e.to_string());
         }
     }
@@ -319,7 +296,7 @@ fn write_table_summary(t: &Table, b: &mut String) {
         ",\"kind\":\"{}\",\"version\":\"{}\",\"rule_count\":{}",
         t.kind.name(),
         t.version,
-        t.engine.rules.len()
+        t.engine.outcome_count()
     );
     b.push_str(",\"loaded_at\":\"");
     write_timestamp(t.loaded_at, b);
@@ -358,8 +335,7 @@ fn tables(app: &App, rsp: &mut Response) {
 fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
     let tables = app.registry.snapshot();
     let Some(slot) = tables.get(name) else {
-        unknown_table(&tables, name, rsp);
-        return;
+        return refuse(&pipeline::unknown_table(&tables, name), rsp);
     };
     let b = &mut rsp.body;
     b.push_str("{\"name\":");
@@ -394,13 +370,13 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
             write_json_string(d, b);
         }
         b.push_str(",\"default_action\":");
-        b.push_str(&t.engine.default_json);
+        b.push_str(t.engine.default_json());
         if let Some(params) = &t.params {
             b.push_str(",\"params\":");
             b.push_str(&params.to_string());
         }
         b.push_str(",\"rules\":[");
-        for (i, r) in t.engine.rules.iter().enumerate() {
+        for (i, r) in t.engine.rules().iter().enumerate() {
             if i > 0 {
                 b.push(',');
             }

@@ -7,28 +7,15 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 
-use super::rules::{Rule, RuleEngine};
-use super::Limits;
+use super::rules::RuleEngine;
+use super::spec::{build, ConditionPart, Place, RuleSpec, TableSpec};
+use super::{Limits, TableMeta};
 use crate::diagnostic::{json_string_offset, Diagnostic};
 use crate::expr::check::Schema;
-use crate::expr::{parse_checked, Const, Env, ExprError};
+use crate::expr::{Const, Env};
 use crate::suggest::did_you_mean;
-
-/// What a Jev file holds besides its rules.
-#[derive(Debug, Default)]
-pub struct JevMeta {
-    /// `name` inside the file, if any
-    pub name: Option<String>,
-    /// `description`
-    pub description: Option<String>,
-    /// `tests`, kept as written for `clef test`
-    pub tests: Option<serde_json::Value>,
-    /// `params` as declared
-    pub params: Option<serde_json::Value>,
-}
 
 /// The keys a table object may have.
 pub const TABLE_KEYS: &[&str] = &["name", "description", "version", "schema", "params", "tests", "default", "rules"];
@@ -38,14 +25,14 @@ pub const RULE_KEYS: &[&str] = &["id", "condition", "action", "enabled", "descri
 pub const PARAM_KEYS: &[&str] = &["value", "min", "max", "step", "tunable", "description"];
 
 /// Reads a Jev table's source into a compiled engine.
-pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, JevMeta), Vec<Diagnostic>> {
+pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, TableMeta), Vec<Diagnostic>> {
     let mut p = Loader::new(path, source);
     let top: &RawValue = match serde_json::from_str(source) {
         Ok(v) => v,
         Err(e) => return Err(vec![p.serde_error(&e)]),
     };
     let text = top.get();
-    let mut meta = JevMeta::default();
+    let mut meta = TableMeta::default();
     let mut env = Env { max_depth: limits.max_expr_depth, regex_size_limit: limits.regex_size_limit, ..Env::default() };
     let mut default = None;
     let rules_raw: Vec<&RawValue> = if text.starts_with('[') {
@@ -95,30 +82,28 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Je
         Vec::new()
     };
     if rules_raw.len() > limits.max_rules {
-        p.at(top, format!("the table has {} rules; at most {} are allowed", rules_raw.len(), limits.max_rules));
+        p.at(
+            top,
+            format!(
+                "the table has {} rules; at most {} are allowed (limits.max_rules)",
+                rules_raw.len(),
+                limits.max_rules
+            ),
+        );
         return Err(p.diags);
     }
 
     let mut rules = Vec::with_capacity(rules_raw.len());
-    let mut condition_raws = Vec::with_capacity(rules_raw.len());
-    let mut ids: FxHashMap<String, usize> = FxHashMap::default();
     for (i, raw) in rules_raw.iter().enumerate() {
-        if let Some((rule, cond_raw)) = p.rule(i, raw, &env, &mut ids) {
+        if let Some(rule) = p.rule(i, raw) {
             rules.push(rule);
-            condition_raws.push(cond_raw);
         }
     }
-    if !p.diags.is_empty() {
-        p.diags.sort_by_key(|d| (d.line, d.column));
-        return Err(p.diags);
-    }
-    let labels: Vec<String> = rules.iter().map(|r| format!("rule \"{}\"", r.id)).collect();
-    match RuleEngine::new(rules, default, env.params, env.schema.as_ref(), limits.regex_size_limit) {
-        Ok(engine) => Ok((engine, meta)),
-        Err((i, e)) => {
-            p.in_condition(condition_raws[i], &e, &labels[i]);
-            Err(p.diags)
-        }
+    let spec = TableSpec { rules, default, env, templates: false };
+    let mut diags = std::mem::take(&mut p.diags);
+    match build(path, source, spec, limits, &mut diags) {
+        Some(engine) => Ok((engine, meta)),
+        None => Err(diags),
     }
 }
 
@@ -299,13 +284,8 @@ impl<'s> Loader<'s> {
         }
     }
 
-    fn rule(
-        &mut self,
-        i: usize,
-        raw: &'s RawValue,
-        env: &Env,
-        ids: &mut FxHashMap<String, usize>,
-    ) -> Option<(Rule, &'s RawValue)> {
+    /// Reads one rule; its problems of shape are reported here, the rest by the builder.
+    fn rule(&mut self, i: usize, raw: &'s RawValue) -> Option<RuleSpec<'s>> {
         let fields: BTreeMap<String, &RawValue> = match serde_json::from_str(raw.get()) {
             Ok(f) => f,
             Err(_) => {
@@ -315,7 +295,7 @@ impl<'s> Loader<'s> {
         };
         let id = match fields.get("id") {
             Some(v) => match serde_json::from_str::<String>(v.get()) {
-                Ok(s) if !s.trim().is_empty() => Some(s),
+                Ok(s) if !s.trim().is_empty() => Some((s, self.place(v))),
                 _ => {
                     self.at(v, format!("rule #{}: \"id\" must be a non-empty string", i + 1));
                     None
@@ -326,20 +306,13 @@ impl<'s> Loader<'s> {
                 None
             }
         };
-        let label = id.as_ref().map(|s| format!("rule \"{s}\"")).unwrap_or_else(|| format!("rule #{}", i + 1));
+        let label = id.as_ref().map(|(s, _)| format!("rule \"{s}\"")).unwrap_or_else(|| format!("rule #{}", i + 1));
         for (k, v) in &fields {
             if !RULE_KEYS.contains(&k.as_str()) {
                 let hint = did_you_mean(k, RULE_KEYS.iter().copied())
                     .map(|s| format!("; did you mean \"{s}\"?"))
                     .unwrap_or_else(|| format!("; a rule may have {}", RULE_KEYS.join(", ")));
                 self.at_key(v, k, format!("{label}: unknown key \"{k}\"{hint}"));
-            }
-        }
-        if let (Some(id), Some(v)) = (&id, fields.get("id")) {
-            if let Some(first) = ids.get(id) {
-                self.at(v, format!("{label}: the id is already used by rule #{}; ids must be unique", first + 1));
-            } else {
-                ids.insert(id.clone(), i);
             }
         }
         let enabled = match fields.get("enabled") {
@@ -355,8 +328,8 @@ impl<'s> Loader<'s> {
         let description = fields.get("description").and_then(|v| self.string(v, &format!("{label}: \"description\"")));
         let action = match fields.get("action") {
             Some(v) => match serde_json::from_str::<serde_json::Value>(v.get()) {
-                Ok(a @ serde_json::Value::Object(_)) => Some(a),
-                _ => {
+                Ok(a) => Some((a, self.place(v))),
+                Err(_) => {
                     self.at(v, format!("{label}: \"action\" must be a JSON object"));
                     None
                 }
@@ -380,28 +353,20 @@ impl<'s> Loader<'s> {
                 return None;
             }
         };
-        let ast = match parse_checked(&condition, env, true) {
-            Ok(ast) => Some(ast),
-            Err(e) => {
-                self.in_condition(cond_raw, &e, &label);
-                None
-            }
+        let (id, id_at) = id?;
+        let (action, action_at) = action?;
+        let literal = cond_raw.get();
+        let base = self.offset(cond_raw);
+        let part = ConditionPart {
+            text: condition,
+            locate: Box::new(move |i| base + json_string_offset(literal, i)),
+            written_at: None,
         };
-        Some((Rule::new(id?, description, enabled, condition, ast?, action?), cond_raw))
+        Some(RuleSpec { id, id_at, condition: vec![part], action, action_at, fallback: None, enabled, description })
     }
 
-    /// Reports a condition error at its character in the file.
-    fn in_condition(&mut self, cond_raw: &RawValue, e: &ExprError, label: &str) {
-        let raw = cond_raw.get();
-        let base = self.offset(cond_raw);
-        let start = json_string_offset(raw, e.span.start);
-        let end = json_string_offset(raw, e.span.end.max(e.span.start));
-        self.diags.push(Diagnostic::at_offset(
-            self.path,
-            self.source,
-            base + start,
-            end.saturating_sub(start).max(1),
-            format!("{label}: {}", e.message),
-        ));
+    /// Where `raw` is written, as a place one line wide at most.
+    fn place(&self, raw: &RawValue) -> Place {
+        Place::new(self.offset(raw), raw.get().find('\n').unwrap_or(raw.get().len()).min(40))
     }
 }

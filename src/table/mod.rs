@@ -5,6 +5,8 @@ pub mod index;
 pub mod jev;
 pub mod registry;
 pub mod rules;
+pub mod spec;
+pub mod template;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -14,8 +16,9 @@ use sha2::{Digest, Sha256};
 
 use crate::diagnostic::Diagnostic;
 use crate::expr::value::write_json_string;
+use crate::expr::value::Value;
 use crate::input::{self, InputError};
-pub use rules::{Decision, Rule, RuleEngine, RuleWarning, TraceEntry};
+pub use rules::{Decision, Problem, Rule, RuleEngine, RuleWarning, TraceEntry};
 
 /// Load-time caps (SPEC §10), each configurable.
 #[derive(Clone, Debug)]
@@ -41,11 +44,17 @@ impl Default for Limits {
     }
 }
 
-/// The kinds of table.
+/// The kinds of table, told apart by the file name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TableKind {
     /// `*.json`: a Jev decision table
     Jev,
+    /// `*.yaml`, `*.yml`: a Clef rule set
+    RuleSet,
+    /// `*.flash.json`: a flash lookup table's source, compiled when it loads
+    Flash,
+    /// `*.cfb`: a compiled flash table
+    FlashCompiled,
 }
 
 impl TableKind {
@@ -53,19 +62,29 @@ impl TableKind {
     pub fn name(self) -> &'static str {
         match self {
             TableKind::Jev => "jev",
+            TableKind::RuleSet => "ruleset",
+            TableKind::Flash | TableKind::FlashCompiled => "flash",
         }
     }
 
-    /// Which kind a file is, from its name; `None` for files that are not tables.
+    /// Which kind a file is, from its name; `None` for files that are not tables (tests
+    /// files `NAME.tests.json`, hidden files, anything else).
     pub fn of_path(path: &Path) -> Option<TableKind> {
         let name = path.file_name()?.to_str()?;
         if name.ends_with(".tests.json") || name.starts_with('.') {
             return None;
         }
-        if name.ends_with(".json") {
-            return Some(TableKind::Jev);
+        if name.ends_with(".flash.json") {
+            Some(TableKind::Flash)
+        } else if name.ends_with(".json") {
+            Some(TableKind::Jev)
+        } else if name.ends_with(".yaml") || name.ends_with(".yml") {
+            Some(TableKind::RuleSet)
+        } else if name.ends_with(".cfb") {
+            Some(TableKind::FlashCompiled)
+        } else {
+            None
         }
-        None
     }
 }
 
@@ -123,8 +142,8 @@ pub struct Table {
     pub tests: Option<serde_json::Value>,
     /// `params` as declared in the file
     pub params: Option<serde_json::Value>,
-    /// the compiled rules
-    pub engine: RuleEngine,
+    /// what decides: the engine of its kind
+    pub engine: Engine,
     /// when it was loaded
     pub loaded_at: SystemTime,
     /// how long loading and compiling took
@@ -132,6 +151,105 @@ pub struct Table {
     /// load-time caps it was built with
     pub limits: Limits,
     name_json: Box<str>,
+}
+
+/// The engine that decides for one table, chosen by its kind when it loads (as the regex
+/// crate picks a strategy once per pattern). Every engine answers with the same [`Decision`]
+/// shape; its `rule` indexes the engine's outcomes (rules, or the cells of a flash table).
+#[derive(Debug)]
+pub enum Engine {
+    /// ordered rules, the first that holds answers: Jev tables and YAML rule sets
+    Rules(RuleEngine),
+}
+
+impl Engine {
+    fn decide(&self, root: &Value<'_>, explain: bool) -> Result<Decision, InputError> {
+        match self {
+            Engine::Rules(e) => e.decide(root, explain),
+        }
+    }
+
+    fn decide_reference(&self, root: &Value<'_>) -> Result<Decision, InputError> {
+        match self {
+            Engine::Rules(e) => e.decide_reference(root),
+        }
+    }
+
+    /// The rules, in order (empty for kinds without rules).
+    pub fn rules(&self) -> &[Rule] {
+        match self {
+            Engine::Rules(e) => &e.rules,
+        }
+    }
+
+    /// How many outcomes a decision can name: rules, or cells.
+    pub fn outcome_count(&self) -> usize {
+        match self {
+            Engine::Rules(e) => e.rules.len(),
+        }
+    }
+
+    /// The id of outcome `i` as a JSON string (what `rule_id` says).
+    pub fn outcome_id_json(&self, i: usize) -> &str {
+        match self {
+            Engine::Rules(e) => &e.rules[i].id_json,
+        }
+    }
+
+    /// The ids decisions are counted by, in outcome order.
+    pub fn outcome_ids(&self) -> Vec<String> {
+        match self {
+            Engine::Rules(e) => e.rules.iter().map(|r| r.id.clone()).collect(),
+        }
+    }
+
+    /// The action outcome `i` answers with as written (or the default for `None`).
+    pub fn action_json(&self, outcome: Option<usize>) -> &str {
+        match (self, outcome) {
+            (Engine::Rules(e), Some(r)) => &e.rules[r].action_json,
+            (Engine::Rules(e), None) => &e.default_json,
+        }
+    }
+
+    /// The default action as JSON (`null` without one).
+    pub fn default_json(&self) -> &str {
+        self.action_json(None)
+    }
+
+    /// Whether outcome `i` can be chosen at all (a disabled rule cannot).
+    pub fn outcome_enabled(&self, i: usize) -> bool {
+        match self {
+            Engine::Rules(e) => e.rules.get(i).is_some_and(|r| r.enabled),
+        }
+    }
+
+    /// What the outcomes are called, in the plural: `rules` or `cells`.
+    pub fn outcome_noun(&self) -> &'static str {
+        match self {
+            Engine::Rules(_) => "rules",
+        }
+    }
+
+    /// A short description for people: `11 rules, 3 indexed fields`.
+    pub fn summary(&self) -> String {
+        match self {
+            Engine::Rules(e) => format!("{} rules, {} indexed fields", e.rules.len(), e.indexed_fields()),
+        }
+    }
+}
+
+/// What a table file holds besides what decides: names, descriptions, tests and parameters as
+/// written (every kind of table may have them).
+#[derive(Debug, Default)]
+pub struct TableMeta {
+    /// `name` inside the file, if any
+    pub name: Option<String>,
+    /// `description`
+    pub description: Option<String>,
+    /// `tests`, kept as written for `clef test`
+    pub tests: Option<serde_json::Value>,
+    /// `params` as declared
+    pub params: Option<serde_json::Value>,
 }
 
 /// Per-response details that are not part of the decision itself.
@@ -183,7 +301,17 @@ impl Table {
             LoadError::single(&shown, format!("the file is not UTF-8 (invalid byte at offset {})", e.valid_up_to()))
         })?;
         let (engine, meta) = match kind {
-            TableKind::Jev => jev::load(&shown, source, limits).map_err(|diagnostics| LoadError { diagnostics })?,
+            TableKind::Jev => {
+                let (rules, meta) =
+                    jev::load(&shown, source, limits).map_err(|diagnostics| LoadError { diagnostics })?;
+                (Engine::Rules(rules), meta)
+            }
+            TableKind::RuleSet | TableKind::Flash | TableKind::FlashCompiled => {
+                return Err(LoadError::single(
+                    &shown,
+                    format!("{} tables are not supported by this version of clef yet", kind.name()),
+                ))
+            }
         };
         let name = table_name(path);
         let mut name_json = String::new();
@@ -216,19 +344,21 @@ impl Table {
         input::with_parsed(body, self.limits.max_input_depth, |root| self.engine.decide_reference(&root))?
     }
 
-    /// The action JSON a decision returns.
-    pub fn action_json(&self, d: &Decision) -> &str {
-        match d.rule {
-            Some(r) => &self.engine.rules[r].action_json,
-            None => &self.engine.default_json,
-        }
+    /// The action JSON a decision answers with: as built for its input, else as written.
+    pub fn action_json<'d>(&'d self, d: &'d Decision) -> &'d str {
+        d.action.as_deref().unwrap_or_else(|| self.engine.action_json(d.rule))
+    }
+
+    /// The `rule_id` of a decision: the id of the rule (or cell) that answered, if any.
+    pub fn outcome_id(&self, d: &Decision) -> Option<String> {
+        d.rule.and_then(|r| serde_json::from_str(self.engine.outcome_id_json(r)).ok())
     }
 
     /// Appends the decision response body of SPEC §6 to `out`.
     pub fn write_decision(&self, d: &Decision, meta: &ResponseMeta<'_>, out: &mut String) {
         out.push_str("{\"rule_id\":");
         match d.rule {
-            Some(r) => out.push_str(&self.engine.rules[r].id_json),
+            Some(r) => out.push_str(self.engine.outcome_id_json(r)),
             None => out.push_str("null"),
         }
         out.push_str(",\"matched\":");
@@ -248,6 +378,14 @@ impl Table {
         }
         out.push_str(",\"instance\":");
         write_json_string(meta.instance, out);
+        if let Some(reason) = d.degraded {
+            out.push_str(",\"degraded\":true,\"degraded_reason\":");
+            write_json_string(reason, out);
+        }
+        if let Some(fallback) = &d.fallback {
+            out.push_str(",\"fallback\":");
+            out.push_str(fallback);
+        }
         if !d.warnings.is_empty() {
             out.push_str(",\"warnings\":[");
             for (i, w) in d.warnings.iter().enumerate() {
@@ -255,9 +393,9 @@ impl Table {
                     out.push(',');
                 }
                 out.push_str("{\"rule_id\":");
-                out.push_str(&self.engine.rules[w.rule].id_json);
+                out.push_str(self.engine.outcome_id_json(w.rule));
                 out.push_str(",\"message\":");
-                write_json_string(&w.error.to_string(), out);
+                write_json_string(&w.problem.to_string(), out);
                 out.push('}');
             }
             out.push(']');
@@ -269,7 +407,7 @@ impl Table {
                     out.push(',');
                 }
                 out.push_str("{\"rule_id\":");
-                out.push_str(&self.engine.rules[t.rule].id_json);
+                out.push_str(self.engine.outcome_id_json(t.rule));
                 out.push_str(",\"matched\":");
                 out.push_str(if t.matched { "true" } else { "false" });
                 out.push_str(",\"reason\":");

@@ -38,7 +38,7 @@ pub struct Slot {
 impl Slot {
     /// Makes `table` the serving version; the counters carry over while the rule ids stay the same.
     fn serve(&mut self, table: Arc<Table>) {
-        let rule_ids: Vec<String> = table.engine.rules.iter().map(|r| r.id.clone()).collect();
+        let rule_ids = table.engine.outcome_ids();
         if self.stats.rule_ids() != rule_ids.as_slice() {
             self.stats = Arc::new(TableStats::new(rule_ids));
         }

@@ -5,9 +5,10 @@ use bumpalo::Bump;
 use rustc_hash::FxHashMap;
 
 use super::index::RuleIndex;
+use super::template::{MissingValue, Template};
 use crate::expr::ast::{Expr, ExprKind, Step};
 use crate::expr::compile::compile_program;
-use crate::expr::eval::{self, Ctx};
+use crate::expr::eval::{self, Ctx, SlotValue};
 use crate::expr::ops::{self, EvalError};
 use crate::expr::value::{write_json_string, Const, Value};
 use crate::expr::{reference, ExprError, Program, Schema};
@@ -28,10 +29,18 @@ pub struct Rule {
     pub ast: Expr,
     /// the action as written
     pub action: serde_json::Value,
-    /// the action serialized once at load time
+    /// the action serialized once at load time (with its placeholders as written)
     pub action_json: Box<str>,
+    /// what the caller may do when the action cannot be carried out (YAML rule sets)
+    pub fallback: Option<serde_json::Value>,
+    /// the fallback serialized once
+    pub fallback_json: Option<Box<str>>,
     /// the id as a JSON string, serialized once
     pub id_json: Box<str>,
+    /// the action's `{{ path }}` placeholders, when it has any (set when the engine compiles)
+    action_template: Option<Template>,
+    /// the fallback's placeholders, likewise
+    fallback_template: Option<Template>,
 }
 
 impl Rule {
@@ -43,21 +52,86 @@ impl Rule {
         condition: String,
         ast: Expr,
         action: serde_json::Value,
+        fallback: Option<serde_json::Value>,
     ) -> Rule {
         let action_json = action.to_string().into_boxed_str();
+        let fallback_json = fallback.as_ref().map(|f| f.to_string().into_boxed_str());
         let mut id_json = String::new();
         write_json_string(&id, &mut id_json);
-        Rule { id, description, enabled, condition, ast, action, action_json, id_json: id_json.into() }
+        Rule {
+            id,
+            description,
+            enabled,
+            condition,
+            ast,
+            action,
+            action_json,
+            fallback,
+            fallback_json,
+            id_json: id_json.into(),
+            action_template: None,
+            fallback_template: None,
+        }
+    }
+
+    /// Whether answering with this rule needs the input (its action or fallback has placeholders).
+    pub fn has_templates(&self) -> bool {
+        self.action_template.is_some() || self.fallback_template.is_some()
     }
 }
 
-/// A rule that failed to evaluate: it did not match, and the caller is told why.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// A rule that matched no input this time, and why: its condition failed to evaluate, or its
+/// action could not be built.
+#[derive(Clone, Debug, PartialEq)]
 pub struct RuleWarning {
     /// index of the rule
     pub rule: usize,
     /// what went wrong
-    pub error: EvalError,
+    pub problem: Problem,
+}
+
+/// What went wrong with a rule on one input.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Problem {
+    /// the condition failed to evaluate: the rule did not match
+    Eval(EvalError),
+    /// the condition held, but a placeholder of the action has no value in the input; with a
+    /// fallback, the fallback answered (`degraded`), else the rule did not match
+    Template {
+        /// the placeholder's path
+        path: Box<str>,
+        /// whether the fallback answered instead
+        fallback: bool,
+    },
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Eval(e) => write!(f, "{e}"),
+            Problem::Template { path, fallback: true } => write!(
+                f,
+                "the action needs {{{{ {path} }}}}, which the input does not have (missing or null); \
+                 answered with the rule's fallback"
+            ),
+            Problem::Template { path, fallback: false } => write!(
+                f,
+                "the condition held, but the action needs {{{{ {path} }}}}, which the input does not have \
+                 (missing or null), and the rule has no fallback: it did not match"
+            ),
+        }
+    }
+}
+
+/// Why a rule could not be compiled into an engine.
+#[derive(Clone, Debug)]
+pub enum BuildError {
+    /// its condition
+    Condition(ExprError),
+    /// a placeholder of its action
+    Action(String),
+    /// a placeholder of its fallback
+    Fallback(String),
 }
 
 /// One line of `trace`: a rule that was evaluated.
@@ -84,6 +158,27 @@ pub struct Decision {
     pub evaluated: usize,
     /// with explain: enabled rules before the match (or all, without one) that the index ruled out
     pub skipped: usize,
+    /// the action as built for this input, when it differs from the rule's action as written
+    /// (placeholders filled, or the fallback answering)
+    pub action: Option<String>,
+    /// the matching rule's fallback (filled in), offered to the caller beside the action
+    pub fallback: Option<String>,
+    /// why the answer is degraded (`"template"`: the fallback answered), if it is
+    pub degraded: Option<&'static str>,
+}
+
+/// What an engine is built with besides its rules.
+pub struct EngineParts<'a> {
+    /// the action when no rule matches
+    pub default_action: Option<serde_json::Value>,
+    /// parameter values, folded into the conditions
+    pub params: FxHashMap<String, Const>,
+    /// the input schema checked before each decision
+    pub schema: Option<&'a Schema>,
+    /// the largest compiled regex
+    pub regex_size_limit: usize,
+    /// whether `{{ path }}` in actions and fallbacks are placeholders (else plain text)
+    pub templates: bool,
 }
 
 /// An ordered list of rules compiled together.
@@ -105,18 +200,22 @@ pub struct RuleEngine {
 }
 
 impl RuleEngine {
-    /// Compiles `rules` together, with the request-time check of `schema`. On
-    /// error, returns the failing rule's index and the error.
-    pub fn new(
-        rules: Vec<Rule>,
-        default_action: Option<serde_json::Value>,
-        params: FxHashMap<String, Const>,
-        schema: Option<&Schema>,
-        regex_size_limit: usize,
-    ) -> Result<RuleEngine, (usize, ExprError)> {
+    /// Compiles `rules` together, with the request-time check of the schema and (when
+    /// `parts.templates`) the rules' placeholders. On error, returns the failing rule's index
+    /// and the error.
+    pub fn new(mut rules: Vec<Rule>, parts: EngineParts<'_>) -> Result<RuleEngine, (usize, BuildError)> {
+        let EngineParts { default_action, params, schema, regex_size_limit, templates } = parts;
         let asts: Vec<&Expr> = rules.iter().map(|r| &r.ast).collect();
-        let mut program = compile_program(&asts, &params, regex_size_limit)?;
+        let mut program =
+            compile_program(&asts, &params, regex_size_limit).map_err(|(i, e)| (i, BuildError::Condition(e)))?;
         let schema = schema.map(|s| SchemaCheck::new(s, &mut program)).unwrap_or_default();
+        for (i, rule) in rules.iter_mut().enumerate().filter(|_| templates) {
+            rule.action_template = Template::new(&rule.action, &mut program).map_err(|e| (i, BuildError::Action(e)))?;
+            if let Some(fallback) = &rule.fallback {
+                rule.fallback_template =
+                    Template::new(fallback, &mut program).map_err(|e| (i, BuildError::Fallback(e)))?;
+            }
+        }
         let index = RuleIndex::build(&program);
         let mut enabled = vec![0u64; rules.len().div_ceil(64).max(1)];
         for (i, r) in rules.iter().enumerate() {
@@ -154,7 +253,7 @@ impl RuleEngine {
         candidates.for_each(&self.enabled, |r| {
             decision.evaluated += 1;
             let outcome = eval::eval_condition(&self.program.exprs[r], &mut cx);
-            self.record(&mut decision, r, outcome, root);
+            self.record(&mut decision, r, outcome, root, &cx.slots);
             decision.rule.is_some()
         });
         if explain {
@@ -169,6 +268,8 @@ impl RuleEngine {
     pub fn decide_reference(&self, root: &Value<'_>) -> Result<Decision, InputError> {
         self.schema.check_reference(root)?;
         let arena = Bump::new();
+        // placeholders are filled the same way on both paths: they are not what this checks
+        let slots = if self.rules.iter().any(Rule::has_templates) { self.program.fill_slots(root) } else { Vec::new() };
         let mut decision = Decision::default();
         for (r, rule) in self.rules.iter().enumerate() {
             if !rule.enabled {
@@ -177,7 +278,7 @@ impl RuleEngine {
             decision.evaluated += 1;
             let outcome =
                 reference::evaluate(&rule.ast, root, &self.params, &arena).and_then(|v| ops::condition_outcome(&v));
-            self.record(&mut decision, r, outcome, root);
+            self.record(&mut decision, r, outcome, root, &slots);
             if decision.rule.is_some() {
                 break;
             }
@@ -185,24 +286,106 @@ impl RuleEngine {
         Ok(decision)
     }
 
-    fn record(&self, decision: &mut Decision, r: usize, outcome: Result<bool, EvalError>, root: &Value<'_>) {
-        let matched = outcome == Ok(true);
-        if let Err(error) = outcome {
-            decision.warnings.push(RuleWarning { rule: r, error });
+    /// Records one evaluated rule: its warning, the match (with its action built when it has
+    /// placeholders), and the trace line.
+    fn record(
+        &self,
+        decision: &mut Decision,
+        r: usize,
+        outcome: Result<bool, EvalError>,
+        root: &Value<'_>,
+        slots: &[SlotValue<'_>],
+    ) {
+        let rule = &self.rules[r];
+        let mut matched = outcome == Ok(true);
+        let mut reason = None;
+        match outcome {
+            Err(error) => decision.warnings.push(RuleWarning { rule: r, problem: Problem::Eval(error) }),
+            Ok(true) if rule.has_templates() => match self.build_answer(rule, slots, decision) {
+                Ok(()) => {}
+                Err(problem) => {
+                    matched = matches!(problem, Problem::Template { fallback: true, .. });
+                    if decision.trace.is_some() {
+                        reason = Some(if matched {
+                            format!(
+                                "Rule {} matched: {} → fallback {} ({problem})",
+                                rule.id,
+                                rule.condition,
+                                decision.action.as_deref().unwrap_or("null")
+                            )
+                        } else {
+                            format!("{problem}")
+                        });
+                    }
+                    decision.warnings.push(RuleWarning { rule: r, problem });
+                }
+            },
+            Ok(_) => {}
         }
         if matched {
             decision.rule = Some(r);
         }
         if let Some(trace) = decision.trace.as_mut() {
-            let reason = match outcome {
-                Ok(true) => {
-                    let rule = &self.rules[r];
-                    format!("Rule {} matched: {} → {}", rule.id, rule.condition, rule.action_json)
-                }
+            let reason = reason.unwrap_or_else(|| match outcome {
+                Ok(true) => format!(
+                    "Rule {} matched: {} → {}",
+                    rule.id,
+                    rule.condition,
+                    decision.action.as_deref().unwrap_or(&rule.action_json)
+                ),
                 Ok(false) => self.why_not(r, root),
                 Err(e) => format!("error: {e}"),
-            };
+            });
             trace.push(TraceEntry { rule: r, matched, reason });
+        }
+    }
+
+    /// Builds the answer of a matching rule whose action or fallback has placeholders: the
+    /// action filled in (and the fallback beside it), or the fallback when the action cannot
+    /// be built. `Err` is the problem to report; with `fallback: true` the rule still answers.
+    fn build_answer(&self, rule: &Rule, slots: &[SlotValue<'_>], decision: &mut Decision) -> Result<(), Problem> {
+        let fallback = |out: &mut String| -> Result<(), MissingValue> {
+            match (&rule.fallback_template, &rule.fallback_json) {
+                (Some(t), _) => t.render(slots, out),
+                (None, Some(json)) => {
+                    out.push_str(json);
+                    Ok(())
+                }
+                (None, None) => Err(MissingValue { path: "".into() }),
+            }
+        };
+        let mut action = String::new();
+        let built = match &rule.action_template {
+            Some(t) => t.render(slots, &mut action),
+            None => {
+                action.push_str(&rule.action_json);
+                Ok(())
+            }
+        };
+        match built {
+            Ok(()) => {
+                if rule.action_template.is_some() {
+                    decision.action = Some(action);
+                }
+                if rule.fallback.is_some() {
+                    let mut filled = String::new();
+                    // a fallback that cannot be built is not offered; the action stands
+                    if fallback(&mut filled).is_ok() {
+                        decision.fallback = Some(filled);
+                    }
+                }
+                Ok(())
+            }
+            Err(missing) => {
+                let mut filled = String::new();
+                if rule.fallback.is_some() && fallback(&mut filled).is_ok() {
+                    decision.action = Some(filled);
+                    decision.degraded = Some("template");
+                    Err(Problem::Template { path: missing.path, fallback: true })
+                } else {
+                    Err(Problem::Template { path: missing.path, fallback: false })
+                }
+            }
         }
     }
 

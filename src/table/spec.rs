@@ -1,0 +1,255 @@
+//! Format-neutral rule tables, and the one builder that turns them into an engine.
+//!
+//! Jev JSON tables and YAML rule sets are two front ends: each reads its file into a
+//! [`TableSpec`] — rules with their condition text, action, fallback and where each sits in the
+//! file — and reports the problems only its format can have (syntax, unknown keys, wrong
+//! shapes). [`build`] does everything else once, for both: unique ids, actions that are
+//! objects, placeholders, conditions parsed, checked and compiled together, and every problem
+//! mapped back to the line and column of the file it came from.
+
+use std::collections::hash_map::Entry;
+
+use rustc_hash::FxHashMap;
+
+use super::rules::{BuildError, EngineParts, Rule, RuleEngine};
+use super::template::placeholders;
+use super::Limits;
+use crate::diagnostic::Diagnostic;
+use crate::expr::{parse_checked, Env, ExprError};
+
+/// A place in the file: a byte offset and how many bytes the caret underlines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Place {
+    /// byte offset in the file
+    pub offset: usize,
+    /// bytes underlined
+    pub width: usize,
+}
+
+impl Place {
+    /// A place `width` bytes wide at `offset`.
+    pub fn new(offset: usize, width: usize) -> Place {
+        Place { offset, width }
+    }
+}
+
+/// One part of a rule's condition. A rule's condition is its parts joined with `&&`: a Jev
+/// rule has one, a YAML rule one per `conditions:` entry and one for `when:`.
+pub struct ConditionPart<'s> {
+    /// the expression text
+    pub text: String,
+    /// where a byte of `text` is in the file (through the escapes of the string it was read from)
+    pub locate: Box<dyn Fn(usize) -> usize + 's>,
+    /// set when the front end wrote `text` itself (from `{field, operator, value}`): every
+    /// problem in it is shown here
+    pub written_at: Option<Place>,
+}
+
+impl<'s> ConditionPart<'s> {
+    /// A part whose text stands in the file as is from `offset` (a plain YAML scalar).
+    pub fn verbatim(text: String, offset: usize) -> ConditionPart<'s> {
+        ConditionPart { text, locate: Box::new(move |i| offset + i), written_at: None }
+    }
+
+    /// A part the front end wrote itself from something at `at`.
+    pub fn written(text: String, at: Place) -> ConditionPart<'s> {
+        ConditionPart { text, locate: Box::new(move |_| at.offset), written_at: Some(at) }
+    }
+}
+
+/// One rule as a front end read it.
+pub struct RuleSpec<'s> {
+    /// the rule's id
+    pub id: String,
+    /// where the id is written
+    pub id_at: Place,
+    /// the condition's parts (none: the rule always matches)
+    pub condition: Vec<ConditionPart<'s>>,
+    /// the action, any JSON value (the builder requires an object)
+    pub action: serde_json::Value,
+    /// where the action is written
+    pub action_at: Place,
+    /// the fallback and where it is written
+    pub fallback: Option<(serde_json::Value, Place)>,
+    /// whether the rule takes part in decisions
+    pub enabled: bool,
+    /// free text
+    pub description: Option<String>,
+}
+
+/// A rule table as a front end read it.
+pub struct TableSpec<'s> {
+    /// the rules in order
+    pub rules: Vec<RuleSpec<'s>>,
+    /// the action when no rule matches
+    pub default: Option<serde_json::Value>,
+    /// parameters, schema and caps the conditions are checked against
+    pub env: Env,
+    /// whether `{{ path }}` in actions are placeholders (YAML rule sets); in Jev tables they are text
+    pub templates: bool,
+}
+
+/// Builds the engine of `spec`, read from `source` (shown as `path`); problems go to `diags`
+/// (after those the front end found), sorted by position. `None` when there is any.
+pub fn build(
+    path: &str,
+    source: &str,
+    spec: TableSpec<'_>,
+    limits: &Limits,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<RuleEngine> {
+    let at = |place: Place, message: String| Diagnostic::at_offset(path, source, place.offset, place.width, message);
+    if spec.rules.len() > limits.max_rules {
+        diags.push(Diagnostic::whole_file(
+            path,
+            format!(
+                "the table has {} rules; at most {} are allowed (limits.max_rules)",
+                spec.rules.len(),
+                limits.max_rules
+            ),
+        ));
+        return None;
+    }
+    let mut ids: FxHashMap<&str, usize> = FxHashMap::default();
+    let mut rules = Vec::with_capacity(spec.rules.len());
+    let mut layouts = Vec::with_capacity(spec.rules.len());
+    for (i, r) in spec.rules.iter().enumerate() {
+        let label = format!("rule \"{}\"", r.id);
+        match ids.entry(&r.id) {
+            Entry::Occupied(first) => diags.push(at(
+                r.id_at,
+                format!("{label}: the id is already used by rule #{}; ids must be unique", first.get() + 1),
+            )),
+            Entry::Vacant(slot) => {
+                slot.insert(i);
+            }
+        }
+        let mut shapes_ok = true;
+        for (what, value, place) in std::iter::once(("action", &r.action, r.action_at))
+            .chain(r.fallback.as_ref().map(|(f, p)| ("fallback", f, *p)))
+        {
+            if !value.is_object() {
+                diags.push(at(place, format!("{label}: \"{what}\" must be an object (key: value pairs)")));
+                shapes_ok = false;
+            } else if spec.templates {
+                if let Err(problem) = each_string(value, &mut |s| placeholders(s).map(drop)) {
+                    diags.push(at(place, format!("{label}: in the {what}: {problem}")));
+                    shapes_ok = false;
+                }
+            }
+        }
+        let layout = Layout::of(&r.condition);
+        let parsed = parse_checked(&layout.text, &spec.env, true);
+        match parsed {
+            Ok(ast) if shapes_ok => {
+                let fallback = r.fallback.as_ref().map(|(f, _)| f.clone());
+                rules.push(Rule::new(
+                    r.id.clone(),
+                    r.description.clone(),
+                    r.enabled,
+                    layout.text.clone(),
+                    ast,
+                    r.action.clone(),
+                    fallback,
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => diags.push(layout.diagnostic(path, source, &r.condition, &e, &label)),
+        }
+        layouts.push(layout);
+    }
+    if !diags.is_empty() {
+        diags.sort_by_key(|d| (d.line, d.column));
+        return None;
+    }
+    let parts = EngineParts {
+        default_action: spec.default,
+        params: spec.env.params,
+        schema: spec.env.schema.as_ref(),
+        regex_size_limit: limits.regex_size_limit,
+        templates: spec.templates,
+    };
+    match RuleEngine::new(rules, parts) {
+        Ok(engine) => Some(engine),
+        Err((i, problem)) => {
+            let r = &spec.rules[i];
+            let label = format!("rule \"{}\"", r.id);
+            diags.push(match problem {
+                BuildError::Condition(e) => layouts[i].diagnostic(path, source, &r.condition, &e, &label),
+                BuildError::Action(m) => at(r.action_at, format!("{label}: in the action: {m}")),
+                BuildError::Fallback(m) => {
+                    at(r.fallback.as_ref().map_or(r.action_at, |f| f.1), format!("{label}: in the fallback: {m}"))
+                }
+            });
+            None
+        }
+    }
+}
+
+/// Calls `f` on every string inside `v`, stopping at the first error.
+fn each_string(v: &serde_json::Value, f: &mut dyn FnMut(&str) -> Result<(), String>) -> Result<(), String> {
+    match v {
+        serde_json::Value::String(s) => f(s),
+        serde_json::Value::Array(items) => items.iter().try_for_each(|i| each_string(i, f)),
+        serde_json::Value::Object(members) => members.values().try_for_each(|i| each_string(i, f)),
+        _ => Ok(()),
+    }
+}
+
+/// A rule's condition text and where each part starts in it.
+struct Layout {
+    text: String,
+    /// (start in `text`, length) of each part
+    parts: Vec<(usize, usize)>,
+}
+
+impl Layout {
+    fn of(parts: &[ConditionPart<'_>]) -> Layout {
+        match parts {
+            [] => Layout { text: "true".into(), parts: Vec::new() },
+            [one] => Layout { text: one.text.clone(), parts: vec![(0, one.text.len())] },
+            many => {
+                let mut text = String::new();
+                let mut spans = Vec::with_capacity(many.len());
+                for (i, p) in many.iter().enumerate() {
+                    if i > 0 {
+                        text.push_str(" && ");
+                    }
+                    text.push('(');
+                    spans.push((text.len(), p.text.len()));
+                    text.push_str(&p.text);
+                    text.push(')');
+                }
+                Layout { text, parts: spans }
+            }
+        }
+    }
+
+    /// A condition error at its place in the file: inside the part it falls in.
+    fn diagnostic(
+        &self,
+        path: &str,
+        source: &str,
+        parts: &[ConditionPart<'_>],
+        e: &ExprError,
+        label: &str,
+    ) -> Diagnostic {
+        let message = format!("{label}: {}", e.message);
+        let found = self.parts.iter().position(|&(start, len)| e.span.start >= start && e.span.start <= start + len);
+        let Some(k) = found else {
+            // an error about the whole condition: at its first part
+            let offset = parts.first().map_or(0, |p| (p.locate)(0));
+            return Diagnostic::at_offset(path, source, offset, 1, message);
+        };
+        let part = &parts[k];
+        if let Some(place) = part.written_at {
+            return Diagnostic::at_offset(path, source, place.offset, place.width, message);
+        }
+        let (start, len) = self.parts[k];
+        let local_start = e.span.start - start;
+        let local_end = e.span.end.clamp(e.span.start, start + len) - start;
+        let from = (part.locate)(local_start);
+        let to = (part.locate)(local_end);
+        Diagnostic::at_offset(path, source, from, to.saturating_sub(from).max(1), message)
+    }
+}
