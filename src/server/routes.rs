@@ -32,11 +32,25 @@ enum Route<'p> {
     Table(Cow<'p, str>),
     Reload,
     Rollback(Cow<'p, str>),
+    /// forward-auth with a table; the path after `/authz/{table}` is the one being authorized
+    Authz(Cow<'p, str>, &'p str),
     NotFound,
 }
 
 fn route(path: &str) -> Route<'_> {
     let path = path.strip_prefix("/v1").filter(|p| p.starts_with('/')).unwrap_or(path);
+    if let Some(rest) = path.strip_prefix("/authz/") {
+        // `/authz/{table}/original/path`: a proxy (Envoy's `path_prefix`, nginx's
+        // `proxy_pass …/authz/t$request_uri`) appends the path it asks about.
+        let (name, asked) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        return match percent_decode_str(name).decode_utf8() {
+            Ok(name) if !name.is_empty() => Route::Authz(name, asked),
+            _ => Route::NotFound,
+        };
+    }
     let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
     let mut segments = path.split('/').skip(1);
     let parts = [segments.next(), segments.next(), segments.next()];
@@ -105,6 +119,8 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
             ("GET", req.method == "GET" || req.method == "HEAD")
         }
         Route::Reload | Route::Rollback(_) => ("POST", req.method == "POST"),
+        // a proxy asks with the method of the request it authorizes, whatever it is
+        Route::Authz(..) => ("any", true),
         Route::NotFound => {
             rsp.error(404, "not_found", &format!("no endpoint {} {}", req.method, req.path));
             return;
@@ -136,6 +152,19 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
             }
             decide(app, name.as_deref(), req, rsp)
         }
+        Route::Authz(name, asked) => {
+            if admin {
+                rsp.error(404, "not_found", "forward-auth is served on the main listener");
+                return;
+            }
+            // The request's own `Authorization` belongs to the input: clef's token travels
+            // in `X-Clef-Token` here.
+            if !token_matches(app.server_token.as_deref(), req.header("x-clef-token")) {
+                rsp.error(401, "unauthorized", "/authz needs the token of server.token_file in X-Clef-Token");
+                return;
+            }
+            authz(app, &name, asked, req, rsp)
+        }
         Route::Health => health(app, rsp),
         Route::Metrics => metrics_text(app, req, rsp),
         Route::Tables => tables(app, rsp),
@@ -152,8 +181,13 @@ fn refuse(refusal: &Refusal, rsp: &mut Response) {
 }
 
 fn authorized(expected: Option<&str>, req: &Request<'_>) -> bool {
+    token_matches(expected, req.bearer_token())
+}
+
+/// Whether `given` is the expected token (anything is, when none is expected).
+fn token_matches(expected: Option<&str>, given: Option<&[u8]>) -> bool {
     let Some(expected) = expected else { return true };
-    let Some(given) = req.bearer_token() else { return false };
+    let Some(given) = given.map(<[u8]>::trim_ascii) else { return false };
     // Compare without an early exit on the first differing byte.
     given.len() == expected.len() && given.iter().zip(expected.as_bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
@@ -190,6 +224,77 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
             rsp.error(e.status(), e.code(), &e.to_string());
         }
     }
+}
+
+/// `/authz/{table}`: decides on the request itself — `method`, `path` (what follows
+/// `/authz/{table}`), `query` and `headers` (names in lower case) — and answers 200 when the
+/// action says `"allow": true`, else 403; `X-Clef-Rule` names the rule.
+fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Response) {
+    let tables = app.registry.snapshot();
+    let (slot, table) = match pipeline::resolve(&tables, Some(name), None) {
+        Ok(found) => found,
+        Err(refusal) => return refuse(&refusal, rsp),
+    };
+    let input = authz_input(asked, req);
+    let options = pipeline::Options { explain: req.query_flag("explain"), ..pipeline::Options::default() };
+    let inflight = app.enter();
+    match pipeline::decide(table, input.as_bytes(), &options, &mut rsp.body) {
+        Ok(decision) => {
+            let warned: Vec<usize> = decision.warnings.iter().map(|w| w.rule).collect();
+            slot.stats.record(decision.rule, inflight.elapsed_ns(), &warned);
+            let allowed = serde_json::from_str::<serde_json::Value>(table.action_json(&decision))
+                .is_ok_and(|a| a.get("allow") == Some(&serde_json::Value::Bool(true)));
+            rsp.status = if allowed { 200 } else { 403 };
+            if let Some(rule) = table.outcome_id(&decision) {
+                rsp.headers.push(("X-Clef-Rule", header_safe(&rule)));
+            }
+        }
+        Err(e) => {
+            slot.stats.record_invalid_input();
+            rsp.body.clear();
+            rsp.error(e.status(), e.code(), &e.to_string());
+        }
+    }
+}
+
+/// The input `/authz` decides on, as JSON. Proxies that cannot ask with the original method
+/// or path send them in the headers forward-auth setups use (nginx's `X-Original-*`, Traefik's
+/// and Caddy's `X-Forwarded-*`); they stand in for what the `/authz` request itself carries.
+fn authz_input(asked: &str, req: &Request<'_>) -> String {
+    let first_header = |names: [&str; 2]| {
+        names.iter().find_map(|n| req.header(n)).and_then(|v| std::str::from_utf8(v).ok()).map(str::trim)
+    };
+    let method = first_header(["x-original-method", "x-forwarded-method"]).unwrap_or(req.method);
+    let asked = match first_header(["x-original-uri", "x-forwarded-uri"]) {
+        Some(uri) if asked == "/" && uri.starts_with('/') => uri,
+        _ => asked,
+    };
+    let (path, query) = match asked.split_once('?') {
+        // nginx's `$request_uri` carries the query inside the path
+        Some((p, q)) => (p, q),
+        None => (asked, req.query),
+    };
+    let mut headers = serde_json::Map::new();
+    for h in req.headers {
+        let name = h.name.to_ascii_lowercase();
+        let value = String::from_utf8_lossy(h.value).into_owned();
+        match headers.get_mut(&name) {
+            // a repeated header is one value, comma-separated (RFC 9110 §5.3)
+            Some(serde_json::Value::String(first)) => {
+                first.push_str(", ");
+                first.push_str(&value);
+            }
+            _ => {
+                headers.insert(name, serde_json::Value::String(value));
+            }
+        }
+    }
+    serde_json::json!({"method": method, "path": path, "query": query, "headers": headers}).to_string()
+}
+
+/// A value fit for a response header: printable ASCII only.
+fn header_safe(text: &str) -> String {
+    text.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect()
 }
 
 /// What makes `/health` `degraded`, by table: a latest file that failed to load, and a
