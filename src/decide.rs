@@ -126,3 +126,76 @@ pub fn decide(table: &Table, body: &[u8], options: &Options<'_>, out: &mut Strin
     table.write_decision(&decision, &meta, out);
     Ok(decision)
 }
+
+/// One input of a batch: its line number (1-based: the NDJSON line, or the array element)
+/// and its bytes.
+pub type BatchItem<'b> = (usize, &'b [u8]);
+
+/// The inputs of a batch body: NDJSON (one object per line; blank lines are skipped) or a JSON
+/// array of objects. `Err` when an array body is not valid JSON as a whole.
+pub fn batch_items(body: &[u8]) -> Result<Vec<BatchItem<'_>>, InputError> {
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    let start = body.iter().position(|b| !b.is_ascii_whitespace());
+    if start.is_some_and(|i| body[i] == b'[') {
+        let text = std::str::from_utf8(body).map_err(|e| InputError::InvalidJson {
+            offset: e.valid_up_to(),
+            message: "the body is not UTF-8".into(),
+        })?;
+        let items: Vec<&serde_json::value::RawValue> = serde_json::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            let message = message.split(" at line ").next().unwrap_or(&message).to_string();
+            InputError::InvalidJson { offset: byte_offset(text, e.line(), e.column()), message }
+        })?;
+        return Ok(items.into_iter().enumerate().map(|(i, raw)| (i + 1, raw.get().as_bytes())).collect());
+    }
+    Ok(body
+        .split(|&b| b == b'\n')
+        .enumerate()
+        .filter(|(_, line)| line.iter().any(|b| !b.is_ascii_whitespace()))
+        .map(|(i, line)| (i + 1, line))
+        .collect())
+}
+
+/// The byte offset of serde_json's 1-based line and column.
+fn byte_offset(text: &str, line: usize, column: usize) -> usize {
+    let mut offset = 0;
+    for (i, l) in text.split_inclusive('\n').enumerate() {
+        if i + 1 == line {
+            return offset + column.saturating_sub(1).min(l.len());
+        }
+        offset += l.len();
+    }
+    text.len()
+}
+
+/// Decides every input of a batch with `table`, appending one NDJSON line per input in input
+/// order to `out`: what the single call answers, or `{"error": {…}, "line": N}`. `on_each` sees
+/// every outcome (for the caller's counters).
+pub fn decide_batch(
+    table: &Table,
+    items: &[BatchItem<'_>],
+    options: &Options<'_>,
+    out: &mut String,
+    mut on_each: impl FnMut(&Result<Decision, InputError>),
+) {
+    for &(line, bytes) in items {
+        let outcome = decide(table, bytes, options, out);
+        if let Err(e) = &outcome {
+            write_line_error(e.code(), &e.to_string(), line, out);
+        }
+        out.push('\n');
+        on_each(&outcome);
+    }
+}
+
+/// `{"error": {"code", "message"}, "line": N}`: a batch line that got no decision.
+pub fn write_line_error(code: &str, message: &str, line: usize, out: &mut String) {
+    use crate::expr::value::write_json_string;
+    out.push_str("{\"error\":{\"code\":");
+    write_json_string(code, out);
+    out.push_str(",\"message\":");
+    write_json_string(message, out);
+    out.push_str("},\"line\":");
+    out.push_str(&line.to_string());
+    out.push('}');
+}

@@ -26,6 +26,8 @@ pub enum Listener {
 /// from the path unless they hold an escape).
 enum Route<'p> {
     Decide(Option<Cow<'p, str>>),
+    /// many decisions in one request, with the named table or the default one
+    Batch(Option<Cow<'p, str>>),
     Health,
     Metrics,
     Tables,
@@ -66,6 +68,8 @@ fn route(path: &str) -> Route<'_> {
     }
     match parts {
         [Some("decide"), None, None] => Route::Decide(None),
+        [Some("decide"), Some("batch"), None] => Route::Batch(None),
+        [Some("decide"), Some(name), Some("batch")] => named(name, |n| Route::Batch(Some(n))),
         [Some("decide"), Some(name), None] => named(name, |n| Route::Decide(Some(n))),
         [Some("health"), None, None] => Route::Health,
         [Some("metrics"), None, None] => Route::Metrics,
@@ -114,7 +118,7 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         return;
     }
     let (allowed, method_ok) = match r {
-        Route::Decide(_) => ("POST", req.method == "POST"),
+        Route::Decide(_) | Route::Batch(_) => ("POST", req.method == "POST"),
         Route::Health | Route::Metrics | Route::Tables | Route::Table(_) => {
             ("GET", req.method == "GET" || req.method == "HEAD")
         }
@@ -138,7 +142,7 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
     }
     // Decisions and table listings (conditions, thresholds) need the decision token on the
     // main listener; the admin listener has its own token, checked above.
-    let needs_server_token = matches!(r, Route::Decide(_) | Route::Tables | Route::Table(_));
+    let needs_server_token = matches!(r, Route::Decide(_) | Route::Batch(_) | Route::Tables | Route::Table(_));
     if !admin && needs_server_token && !authorized(app.server_token.as_deref(), req) {
         rsp.headers.push(("WWW-Authenticate", "Bearer".into()));
         rsp.error(401, "unauthorized", "this endpoint needs Authorization: Bearer <token> (server.token_file)");
@@ -151,6 +155,13 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
                 return;
             }
             decide(app, name.as_deref(), req, rsp)
+        }
+        Route::Batch(name) => {
+            if admin {
+                rsp.error(404, "not_found", "decisions are served on the main listener");
+                return;
+            }
+            batch(app, name.as_deref(), req, rsp)
         }
         Route::Authz(name, asked) => {
             if admin {
@@ -224,6 +235,34 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
             rsp.error(e.status(), e.code(), &e.to_string());
         }
     }
+}
+
+/// `POST /decide[/{table}]/batch`: one NDJSON line per input, in input order.
+fn batch(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
+    let tables = app.registry.snapshot();
+    let (slot, table) = match pipeline::resolve(&tables, name, app.default_table.as_deref()) {
+        Ok(found) => found,
+        Err(refusal) => return refuse(&refusal, rsp),
+    };
+    let items = match pipeline::batch_items(req.body) {
+        Ok(items) => items,
+        Err(e) => return rsp.error(e.status(), e.code(), &e.to_string()),
+    };
+    let options = pipeline::Options { explain: req.query_flag("explain"), ..pipeline::Options::default() };
+    let inflight = app.enter();
+    let mut last = inflight.elapsed_ns();
+    pipeline::decide_batch(table, &items, &options, &mut rsp.body, |outcome| {
+        let now = inflight.elapsed_ns();
+        match outcome {
+            Ok(d) => {
+                let warned: Vec<usize> = d.warnings.iter().map(|w| w.rule).collect();
+                slot.stats.record(d.rule, now - last, &warned);
+            }
+            Err(_) => slot.stats.record_invalid_input(),
+        }
+        last = now;
+    });
+    rsp.content_type = "application/x-ndjson";
 }
 
 /// `/authz/{table}`: decides on the request itself — `method`, `path` (what follows

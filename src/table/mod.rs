@@ -295,6 +295,14 @@ impl Table {
     pub fn from_bytes(path: &Path, bytes: &[u8], limits: &Limits) -> Result<Table, LoadError> {
         let started = Instant::now();
         let shown = path.display().to_string();
+        if table_name(path) == "batch" {
+            return Err(LoadError::single(
+                &shown,
+                "a table may not be named \"batch\": POST /decide/batch is the default table's batch endpoint; \
+                 rename the file"
+                    .into(),
+            ));
+        }
         let kind = TableKind::of_path(path).unwrap_or(TableKind::Jev);
         let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
         let source = std::str::from_utf8(body).map_err(|e| {

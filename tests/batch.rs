@@ -1,0 +1,80 @@
+//! `POST /decide/{table}/batch` and `POST /decide/batch` (SPEC §6): NDJSON or a JSON array in,
+//! NDJSON out, one line per input in input order, each what the single call answers.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value as Json};
+
+fn lines(r: &Resp) -> Vec<Json> {
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/x-ndjson"));
+    r.text().lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+}
+
+/// The parts of a decision that do not depend on the time.
+fn decision_core(d: &Json) -> Json {
+    json!({"rule_id": d["rule_id"], "matched": d["matched"], "action": d["action"], "table": d["table"],
+           "version": d["version"], "warnings": d["warnings"]})
+}
+
+#[test]
+fn each_line_is_what_the_single_call_answers_in_input_order() {
+    let srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
+    let inputs = [r#"{"x": 50}"#, r#"{"tier": "vip", "x": 2}"#, r#"{"x": 0}"#, r#"{"x": "s"}"#, r#"{}"#];
+    let body = inputs.join("\n");
+    let got = lines(&srv.post("/decide/risk/batch", &body));
+    assert_eq!(got.len(), inputs.len());
+    for (input, line) in inputs.iter().zip(&got) {
+        let single = srv.post("/decide/risk", input).json();
+        assert_eq!(decision_core(line), decision_core(&single), "{input}");
+    }
+    // a JSON array, the default table, and /v1
+    let array = format!("[{}]", inputs.join(","));
+    let again = lines(&srv.post("/v1/decide/batch", &array));
+    assert_eq!(again.iter().map(decision_core).collect::<Vec<_>>(), got.iter().map(decision_core).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_bad_line_answers_its_own_error_and_the_rest_go_on() {
+    let srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
+    let body = "{\"x\": 50}\n\n{\"x\":\n[1, 2]\n   \n{\"x\": 11}\r\n";
+    let got = lines(&srv.post("/decide/risk/batch", body));
+    assert_eq!(got.len(), 4, "blank lines are skipped: {got:?}");
+    assert_eq!(got[0]["action"]["a"], json!("big"));
+    assert_eq!(got[1]["error"]["code"], json!("invalid_json"));
+    assert_eq!(got[1]["line"], json!(3));
+    assert_eq!(got[2]["error"]["code"], json!("not_an_object"));
+    assert_eq!(got[2]["line"], json!(4));
+    assert_eq!(got[3]["action"]["a"], json!("big"), "a CRLF line end is fine");
+    // in an array, the line is the element's position
+    let got = lines(&srv.post("/decide/risk/batch", r#"[{"x": 50}, "no", {"x": 50}]"#));
+    assert_eq!((got[1]["error"]["code"].clone(), got[1]["line"].clone()), (json!("not_an_object"), json!(2)));
+}
+
+#[test]
+fn batch_limits_and_errors() {
+    let srv = Server::start(
+        &config("  max_body_bytes: 1000\n", "", "model:\n  default_table: risk\n  watch_file: false\n"),
+        &[("risk.json", &table("big"))],
+    );
+    // max_body_bytes applies to the whole body
+    let body = vec![r#"{"x": 50}"#; 200].join("\n");
+    srv.post("/decide/risk/batch", &body).assert_error(413, "body_too_large");
+    srv.post("/decide/nope/batch", "{}").assert_error(404, "unknown_table");
+    // an array that is not JSON as a whole is one error for the whole body
+    srv.post("/decide/risk/batch", r#"[{"x": 50}, "#).assert_error(400, "invalid_json");
+    srv.get("/decide/risk/batch").assert_error(405, "method_not_allowed");
+    // an empty body is an empty answer
+    assert!(lines(&srv.post("/decide/risk/batch", "")).is_empty());
+}
+
+#[test]
+fn no_table_may_be_named_batch() {
+    let srv = Server::start(&plain(), &[("risk.json", &table("big")), ("batch.json", &table("b"))]);
+    let h = srv.health();
+    assert_eq!(h["status"], json!("degraded"), "{h}");
+    assert!(h["errors"]["batch"].as_str().is_some_and(|e| e.contains("may not be named")), "{h}");
+    // /decide/batch is still the default table's batch
+    assert_eq!(lines(&srv.post("/decide/batch", r#"{"x": 50}"#))[0]["table"], json!("risk"));
+}
