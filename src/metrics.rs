@@ -1141,8 +1141,9 @@ mod tests {
         let memory = std::hint::black_box(vec![1u8; 8 << 20]);
         let after = ProcessStats::read().unwrap();
         assert!(after.cpu_seconds > before.cpu_seconds, "{before:?} {after:?}");
-        assert!(after.open_fds > before.open_fds, "{before:?} {after:?}");
-        assert!(after.open_fds >= 4 && after.open_fds <= after.max_fds, "{after:?}");
+        // Other tests open and close files meanwhile: only a floor holds (stdio, `file`, the
+        // folder being read).
+        assert!(after.open_fds >= 5 && after.open_fds <= after.max_fds, "{after:?}");
         assert!(after.resident_memory_bytes >= 8 << 20, "{after:?}");
         assert!(after.virtual_memory_bytes >= after.resident_memory_bytes, "{after:?}");
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
