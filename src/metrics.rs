@@ -6,6 +6,11 @@
 //! snapshot, and encodes it with the `prometheus-client` text encoders through a [`Registry`]
 //! of [`Collector`]s (one per group of metric families).
 //!
+//! A scrape also reads the figures of the whole process from `/proc/self` ([`ProcessStats`]),
+//! with the names and meanings of the Prometheus client libraries' process collectors
+//! (`process_cpu_seconds_total`, `process_resident_memory_bytes`, …), and names the build
+//! (`clef_build_info`).
+//!
 //! [`encode`] produces the OpenMetrics text format (ending with `# EOF`), to be served with
 //! [`CONTENT_TYPE`]; [`encode_format`] with [`Format::Prometheus`] produces the classic
 //! Prometheus text format (version 0.0.4) for clients that do not ask for OpenMetrics
@@ -405,9 +410,22 @@ pub struct TableView<'a> {
     pub stats: &'a TableStats,
 }
 
-/// Gauges read at scrape time.
+/// What a scrape needs about the loading of one table name: every table file name the server
+/// knows, whether a version of it serves or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableLoad<'a> {
+    /// Table name (label `table`).
+    pub name: &'a str,
+    /// Whether its latest file failed to load (`clef_table_load_failing`); an older version may
+    /// still serve.
+    pub failing: bool,
+    /// Failed loads of its file since the server started (`clef_table_load_failures_total`).
+    pub failures: u64,
+}
+
+/// Gauges read at scrape time, and the load state of every table.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Gauges {
+pub struct Gauges<'a> {
     /// Seconds since the server started (`clef_uptime_seconds`).
     pub uptime_seconds: f64,
     /// Requests being handled now (`clef_inflight_requests`).
@@ -416,8 +434,61 @@ pub struct Gauges {
     pub load: f64,
     /// Open client connections (`clef_open_connections`).
     pub open_connections: u64,
-    /// Tables whose latest file failed to load (`clef_table_load_errors`).
-    pub table_errors: u64,
+    /// Every table name with its load state (`clef_table_load_failing`,
+    /// `clef_table_load_failures_total`; `clef_table_load_errors` counts the failing ones).
+    pub table_loads: &'a [TableLoad<'a>],
+}
+
+/// Figures of the whole process, read from `/proc/self` when scraped (nothing is kept between
+/// scrapes, so nothing goes stale), with the meanings the Prometheus client libraries give them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessStats {
+    /// User and system CPU time of every thread, in seconds (`process_cpu_seconds_total`).
+    pub cpu_seconds: f64,
+    /// Resident set size in bytes (`process_resident_memory_bytes`).
+    pub resident_memory_bytes: u64,
+    /// Virtual memory size in bytes (`process_virtual_memory_bytes`).
+    pub virtual_memory_bytes: u64,
+    /// Unix time the process started, in seconds (`process_start_time_seconds`).
+    pub start_time_seconds: f64,
+    /// Open file descriptors (`process_open_fds`).
+    pub open_fds: u64,
+    /// The soft limit of open file descriptors (`process_max_fds`).
+    pub max_fds: u64,
+}
+
+impl ProcessStats {
+    /// Reads the figures of this process now; `None` when `/proc` cannot tell them (not Linux).
+    pub fn read() -> Option<ProcessStats> {
+        use nix::sys::resource::{getrlimit, getrusage, Resource, UsageWho};
+        use nix::unistd::{sysconf, SysconfVar};
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // The command name (field 2) is in parentheses and may itself hold spaces and
+        // parentheses: count the fields after the last ')', which is field 3.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
+        let (start_ticks, vsize, rss_pages) = (field(22)?, field(23)?, field(24)?);
+        let ticks_per_second = sysconf(SysconfVar::CLK_TCK).ok()??;
+        let page_size = sysconf(SysconfVar::PAGE_SIZE).ok()??;
+        // Boot time as the kernel tells it now: it moves when the clock is set (a Pi without a
+        // real-time clock boots in the past until NTP answers), and the start time with it.
+        let proc_stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let boot_time: u64 = proc_stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+        // getrusage has microseconds where /proc/self/stat has clock ticks (10 ms); both count
+        // every thread of the process.
+        let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+        let seconds = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+        // Counts the descriptor reading the folder too, as the client libraries do.
+        let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+        Some(ProcessStats {
+            cpu_seconds: seconds(usage.user_time()) + seconds(usage.system_time()),
+            resident_memory_bytes: rss_pages * page_size.max(0) as u64,
+            virtual_memory_bytes: vsize,
+            start_time_seconds: boot_time as f64 + start_ticks as f64 / ticks_per_second.max(1) as f64,
+            open_fds,
+            max_fds: getrlimit(Resource::RLIMIT_NOFILE).ok()?.0,
+        })
+    }
 }
 
 /// Exposition format of the scrape output.
@@ -450,16 +521,39 @@ impl Format {
 }
 
 /// Encodes everything in the OpenMetrics text format (serve with [`CONTENT_TYPE`]).
-pub fn encode(tables: &[TableView<'_>], server: &ServerStats, gauges: &Gauges) -> String {
+pub fn encode(tables: &[TableView<'_>], server: &ServerStats, gauges: &Gauges<'_>) -> String {
     encode_format(Format::OpenMetrics, tables, server, gauges)
 }
 
-/// Encodes everything in the given format (serve with [`Format::content_type`]).
-pub fn encode_format(format: Format, tables: &[TableView<'_>], server: &ServerStats, gauges: &Gauges) -> String {
+/// Encodes everything in the given format (serve with [`Format::content_type`]), with the
+/// process figures read from `/proc/self` now.
+pub fn encode_format(format: Format, tables: &[TableView<'_>], server: &ServerStats, gauges: &Gauges<'_>) -> String {
+    encode_with(format, tables, server, gauges, ProcessStats::read())
+}
+
+/// [`encode_format`] with these process figures (the tests give fixed ones).
+fn encode_with(
+    format: Format,
+    tables: &[TableView<'_>],
+    server: &ServerStats,
+    gauges: &Gauges<'_>,
+    process: Option<ProcessStats>,
+) -> String {
     let mut registry = Registry::default();
+    registry.register_collector(Box::new(BuildCollector));
     registry.register_collector(Box::new(TablesCollector(tables.iter().map(|t| t.stats.snapshot(t)).collect())));
+    let loads = gauges.table_loads.iter().map(|t| (t.name.to_owned(), t.failing, t.failures)).collect();
+    registry.register_collector(Box::new(TableLoadsCollector(loads)));
     registry.register_collector(Box::new(ServerCollector(server.snapshot())));
-    registry.register_collector(Box::new(GaugesCollector(*gauges)));
+    registry.register_collector(Box::new(GaugesCollector {
+        uptime_seconds: gauges.uptime_seconds,
+        load: gauges.load,
+        inflight: gauges.inflight,
+        open_connections: gauges.open_connections,
+    }));
+    if let Some(process) = process {
+        registry.register_collector(Box::new(ProcessCollector(process)));
+    }
     let mut out = String::with_capacity(4096);
     let result = match format {
         Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
@@ -518,7 +612,8 @@ impl Collector for TablesCollector {
             ConstCounter::new(t.invalid).encode(m.encode_family(&labels)?)?;
         }
 
-        let help = "Time to decide (parse, evaluate, render), by table";
+        let help = "Time to decide, by table: parsing the request body, evaluating the rules and rendering the \
+                    answer body (not reading the request or sending the answer); invalid inputs are not timed";
         let mut m = encoder.encode_descriptor("clef_decision_duration_seconds", help, None, MetricType::Histogram)?;
         for t in &self.0 {
             let labels = [("table", t.name.as_str())];
@@ -585,28 +680,90 @@ impl Collector for ServerCollector {
     }
 }
 
+/// `clef_build_info`: which clef this is.
 #[derive(Debug)]
-struct GaugesCollector(Gauges);
+struct BuildCollector;
+
+impl Collector for BuildCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let help = "The clef build serving, as its version";
+        let mut m = encoder.encode_descriptor("clef_build", help, None, MetricType::Info)?;
+        m.encode_info(&[("version", env!("CARGO_PKG_VERSION"))])
+    }
+}
+
+/// Per table name: whether its latest file fails to load, and how often its loads failed.
+#[derive(Debug)]
+struct TableLoadsCollector(Vec<(String, bool, u64)>);
+
+impl Collector for TableLoadsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let help = "1 while the table's latest file fails to load (an older version may still serve), else 0";
+        let mut m = encoder.encode_descriptor("clef_table_load_failing", help, None, MetricType::Gauge)?;
+        for (table, failing, _) in &self.0 {
+            ConstGauge::new(u64::from(*failing)).encode(m.encode_family(&[("table", table.as_str())])?)?;
+        }
+
+        let help = "Failed loads of the table's file since the server started, at start and on reloads";
+        let mut m = encoder.encode_descriptor("clef_table_load_failures", help, None, MetricType::Counter)?;
+        for (table, _, failures) in &self.0 {
+            ConstCounter::new(*failures).encode(m.encode_family(&[("table", table.as_str())])?)?;
+        }
+
+        let help = "Tables whose latest file failed to load (an older version may still serve)";
+        let failing = self.0.iter().filter(|(_, failing, _)| *failing).count() as u64;
+        let m = encoder.encode_descriptor("clef_table_load_errors", help, None, MetricType::Gauge)?;
+        ConstGauge::new(failing).encode(m)
+    }
+}
+
+#[derive(Debug)]
+struct GaugesCollector {
+    uptime_seconds: f64,
+    load: f64,
+    inflight: u64,
+    open_connections: u64,
+}
 
 impl Collector for GaugesCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let g = &self.0;
         let floats = [
-            ("clef_uptime_seconds", "Seconds since the server started", g.uptime_seconds),
-            ("clef_load", "Recent share of worker time spent handling requests", g.load),
+            ("clef_uptime_seconds", "Seconds since the server started", self.uptime_seconds),
+            ("clef_load", "Recent share of worker time spent handling requests", self.load),
         ];
         let ints = [
-            ("clef_inflight_requests", "Requests being handled now", g.inflight),
-            ("clef_open_connections", "Open client connections", g.open_connections),
-            (
-                "clef_table_load_errors",
-                "Tables whose latest file failed to load (an older version may still serve)",
-                g.table_errors,
-            ),
+            ("clef_inflight_requests", "Requests being handled now", self.inflight),
+            ("clef_open_connections", "Open client connections", self.open_connections),
         ];
         for (name, help, value) in floats {
             ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
         }
+        for (name, help, value) in ints {
+            ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The process figures, under the names every Prometheus client library uses for them.
+#[derive(Debug)]
+struct ProcessCollector(ProcessStats);
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let p = &self.0;
+        let help = "Total user and system CPU time spent in seconds";
+        let m = encoder.encode_descriptor("process_cpu_seconds", help, None, MetricType::Counter)?;
+        ConstCounter::new(p.cpu_seconds).encode(m)?;
+        let help = "Start time of the process since unix epoch in seconds";
+        let m = encoder.encode_descriptor("process_start_time_seconds", help, None, MetricType::Gauge)?;
+        ConstGauge::new(p.start_time_seconds).encode(m)?;
+        let ints = [
+            ("process_resident_memory_bytes", "Resident memory size in bytes", p.resident_memory_bytes),
+            ("process_virtual_memory_bytes", "Virtual memory size in bytes", p.virtual_memory_bytes),
+            ("process_open_fds", "Number of open file descriptors", p.open_fds),
+            ("process_max_fds", "Maximum number of open file descriptors", p.max_fds),
+        ];
         for (name, help, value) in ints {
             ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
         }
@@ -740,9 +897,24 @@ mod tests {
         ids.iter().map(|s| s.to_string()).collect()
     }
 
-    fn gauges() -> Gauges {
-        Gauges { uptime_seconds: 12.5, inflight: 3, load: 0.25, open_connections: 7, table_errors: 1 }
+    const LOADS: &[TableLoad<'static>] = &[
+        TableLoad { name: "risk", failing: false, failures: 0 },
+        TableLoad { name: "idle", failing: true, failures: 2 },
+        TableLoad { name: "never", failing: true, failures: 5 },
+    ];
+
+    fn gauges() -> Gauges<'static> {
+        Gauges { uptime_seconds: 12.5, inflight: 3, load: 0.25, open_connections: 7, table_loads: LOADS }
     }
+
+    const PROCESS: ProcessStats = ProcessStats {
+        cpu_seconds: 1.25,
+        resident_memory_bytes: 6_815_744,
+        virtual_memory_bytes: 1 << 30,
+        start_time_seconds: 1_700_000_000.25,
+        open_fds: 12,
+        max_fds: 65_536,
+    };
 
     #[test]
     fn worker_slot_is_stable_and_in_range() {
@@ -837,7 +1009,7 @@ mod tests {
             TableView { name: "risk", version: "sha256:ab12", kind: "jev", stats: &risk },
             TableView { name: "idle", version: "v0", kind: "flash", stats: &empty },
         ];
-        encode_format(format, &tables, &server, &gauges())
+        encode_with(format, &tables, &server, &gauges(), Some(PROCESS))
     }
 
     fn check_sample_output(format: Format) {
@@ -904,7 +1076,19 @@ mod tests {
         assert_eq!(value(&s, "clef_inflight_requests", &[]), Some(3.0));
         assert_eq!(value(&s, "clef_load", &[]), Some(0.25));
         assert_eq!(value(&s, "clef_open_connections", &[]), Some(7.0));
-        assert_eq!(value(&s, "clef_table_load_errors", &[]), Some(1.0));
+        assert_eq!(value(&s, "clef_table_load_errors", &[]), Some(2.0));
+        for (table, failing, failures) in [("risk", 0.0, 0.0), ("idle", 1.0, 2.0), ("never", 1.0, 5.0)] {
+            assert_eq!(value(&s, "clef_table_load_failing", &[("table", table)]), Some(failing));
+            assert_eq!(value(&s, "clef_table_load_failures_total", &[("table", table)]), Some(failures));
+        }
+        assert_eq!(value(&s, "clef_build_info", &[("version", env!("CARGO_PKG_VERSION"))]), Some(1.0));
+
+        assert_eq!(value(&s, "process_cpu_seconds_total", &[]), Some(1.25));
+        assert_eq!(value(&s, "process_resident_memory_bytes", &[]), Some(6_815_744.0));
+        assert_eq!(value(&s, "process_virtual_memory_bytes", &[]), Some(1_073_741_824.0));
+        assert_eq!(value(&s, "process_start_time_seconds", &[]), Some(1_700_000_000.25));
+        assert_eq!(value(&s, "process_open_fds", &[]), Some(12.0));
+        assert_eq!(value(&s, "process_max_fds", &[]), Some(65_536.0));
     }
 
     #[test]
@@ -913,6 +1097,8 @@ mod tests {
         let text = sample_output(Format::OpenMetrics);
         assert!(text.contains("# TYPE clef_decisions counter\n"));
         assert!(text.contains("# TYPE clef_table info\n"));
+        assert!(text.contains("# TYPE clef_build info\n"));
+        assert!(text.contains("# TYPE process_cpu_seconds counter\n"));
         assert!(text.ends_with("\n# EOF\n"));
     }
 
@@ -922,18 +1108,49 @@ mod tests {
         let text = sample_output(Format::Prometheus);
         assert!(text.contains("# TYPE clef_decisions_total counter\n"));
         assert!(text.contains("# TYPE clef_table_info gauge\n"));
+        assert!(text.contains("# TYPE clef_build_info gauge\n"));
+        assert!(text.contains("# TYPE process_cpu_seconds_total counter\n"));
     }
 
     #[test]
     fn encode_is_openmetrics() {
         let server = ServerStats::default();
         let out = encode(&[], &server, &Gauges::default());
-        assert_eq!(out, encode_format(Format::OpenMetrics, &[], &server, &Gauges::default()));
+        // The process figures move between two scrapes; everything else must be the same.
+        let steady = |text: &str| -> Vec<String> {
+            text.lines().filter(|l| !l.contains("process_")).map(str::to_owned).collect()
+        };
+        assert_eq!(steady(&out), steady(&encode_format(Format::OpenMetrics, &[], &server, &Gauges::default())));
         assert!(out.contains("# HELP clef_decisions Decisions by table"));
         assert_eq!(
             value(&parse(&out, Format::OpenMetrics), "clef_last_reload_success_timestamp_seconds", &[]),
             Some(0.0)
         );
+    }
+
+    #[test]
+    fn process_figures_are_read_from_proc() {
+        let before = ProcessStats::read().expect("/proc/self on Linux");
+        // Burn a little CPU, hold a descriptor, touch 8 MiB.
+        let mut x = 0u64;
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        let memory = std::hint::black_box(vec![1u8; 8 << 20]);
+        let after = ProcessStats::read().unwrap();
+        assert!(after.cpu_seconds > before.cpu_seconds, "{before:?} {after:?}");
+        // Other tests open and close files meanwhile: only a floor holds (stdio, `file`, the
+        // folder being read).
+        assert!(after.open_fds >= 5 && after.open_fds <= after.max_fds, "{after:?}");
+        assert!(after.resident_memory_bytes >= 8 << 20, "{after:?}");
+        assert!(after.virtual_memory_bytes >= after.resident_memory_bytes, "{after:?}");
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        // The test binary started at most a few minutes ago (btime has whole seconds).
+        assert!(after.start_time_seconds <= now + 1.0 && after.start_time_seconds > now - 600.0, "{after:?} {now}");
+        assert_eq!(after.start_time_seconds, before.start_time_seconds);
+        drop((file, memory));
     }
 
     #[test]

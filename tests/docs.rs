@@ -708,7 +708,7 @@ fn error_codes_are_documented_with_their_status() {
 
 #[test]
 fn metrics_are_documented_with_type_and_labels() {
-    use clef::metrics::{encode_format, Format, Gauges, ServerStats, TableStats, TableView};
+    use clef::metrics::{encode_format, Format, Gauges, ServerStats, TableLoad, TableStats, TableView};
     let stats = TableStats::new(vec!["r".to_string()]);
     stats.record(Some(0), 1_000, &[0]);
     stats.record(None, 1_000, &[]);
@@ -721,7 +721,11 @@ fn metrics_are_documented_with_type_and_labels() {
     server.request_timed_out();
     server.reload_finished(true, 1.0);
     let views = [TableView { name: "t", version: "v", kind: "jev", stats: &stats }];
-    let text = encode_format(Format::Prometheus, &views, &server, &Gauges::default());
+    // A series of every labelled family, so that its labels are seen.
+    let loads = [TableLoad { name: "t", failing: true, failures: 1 }];
+    let text = encode_format(Format::Prometheus, &views, &server, &Gauges { table_loads: &loads, ..Gauges::default() });
+    // The process figures come from /proc/self; the server exports them, so the docs list them.
+    assert!(text.contains("# TYPE process_resident_memory_bytes gauge"), "no process metrics:\n{text}");
 
     // family → (type, label names)
     let mut code: BTreeMap<String, (String, BTreeSet<String>)> = BTreeMap::new();

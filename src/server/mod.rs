@@ -108,27 +108,62 @@ impl App {
         self.draining.load(Ordering::Relaxed)
     }
 
-    /// Reloads every table and logs what happened.
+    /// Reloads every table and logs what happened (`why`: what asked for it).
     pub fn reload(&self, why: &str) -> Vec<(String, Outcome)> {
         let outcomes = self.registry.reload();
-        let mut ok = true;
-        for (name, outcome) in &outcomes {
+        self.reloaded(why, &outcomes);
+        outcomes
+    }
+
+    /// Logs what a load or reload did to each table, then one summary line, and counts it in
+    /// the metrics. Unchanged tables are quiet unless they recovered, so that a SIGHUP on a box
+    /// with many tables says what changed, not what did not.
+    fn reloaded(&self, why: &str, outcomes: &[(String, Outcome)]) {
+        let (mut loaded, mut unchanged, mut failed, mut removed) = (0, 0, 0, 0);
+        for (name, outcome) in outcomes {
             match outcome {
-                Outcome::Loaded { version } => log::info!("table {name}: loaded version {version} ({why})"),
-                Outcome::Unchanged { .. } => {}
+                Outcome::Loaded { version, recovered } => {
+                    loaded += 1;
+                    if *recovered {
+                        log::info!("table {name}: recovered; loaded version {version} ({why})");
+                    } else {
+                        log::info!("table {name}: loaded version {version} ({why})");
+                    }
+                }
+                Outcome::Unchanged { version, recovered } => {
+                    unchanged += 1;
+                    if *recovered {
+                        // The broken file was put back as it was: the error clears, nothing else changes.
+                        log::info!(
+                            "table {name}: recovered; its file is back to version {version}, which kept serving ({why})"
+                        );
+                    }
+                }
                 Outcome::Failed { error, serving } => {
-                    ok = false;
+                    failed += 1;
                     match serving {
                         Some(v) => log::error!("table {name}: new file failed to load; still serving {v}:\n{error}"),
                         None => log::error!("table {name}: failed to load:\n{error}"),
                     }
                 }
-                Outcome::Removed => log::warn!("table {name}: file removed; no longer served"),
+                Outcome::Removed => {
+                    removed += 1;
+                    log::warn!("table {name}: file removed; no longer served");
+                }
             }
         }
+        let n = outcomes.len();
+        let tables = if n == 1 { "table" } else { "tables" };
+        let summary = format!(
+            "reload ({why}): {n} {tables}: {loaded} loaded, {unchanged} unchanged, {failed} failed, {removed} removed"
+        );
+        if failed == 0 {
+            log::info!("{summary}");
+        } else {
+            log::warn!("{summary}");
+        }
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-        self.stats.reload_finished(ok, now);
-        outcomes
+        self.stats.reload_finished(failed == 0, now);
     }
 }
 
@@ -196,19 +231,8 @@ pub fn run(loaded: Loaded) -> i32 {
             write_timeout: Duration::from_millis(cfg.server.write_timeout_ms),
         },
     });
-    let mut all_loaded = true;
-    for (name, outcome) in &outcomes {
-        match outcome {
-            Outcome::Loaded { version } => log::info!("table {name}: loaded version {version}"),
-            Outcome::Failed { error, .. } => {
-                all_loaded = false;
-                log::error!("table {name}: failed to load:\n{error}")
-            }
-            _ => {}
-        }
-    }
-    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    app.stats.reload_finished(all_loaded, now);
+    // The load at start is logged and counted as a reload (`clef_reloads_total` says so).
+    app.reloaded("start", &outcomes);
     if let Some(d) = &app.default_table {
         if app.registry.snapshot().get(d).is_none() {
             log::warn!("default_table \"{d}\" is not among the loaded tables; POST /decide will answer 404");

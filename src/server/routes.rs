@@ -9,7 +9,7 @@ use super::http::{Request, Response};
 use super::App;
 use crate::decide::{self as pipeline, Refusal};
 use crate::expr::value::{write_json_float, write_json_string};
-use crate::metrics::{self, Gauges, TableView};
+use crate::metrics::{self, Gauges, TableLoad, TableView};
 use crate::table::registry::{Outcome, RollbackError, Tables};
 use crate::table::{write_timestamp, Table};
 
@@ -226,8 +226,10 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
     let inflight = app.enter();
     match pipeline::decide(table, req.body, &options, &mut rsp.body) {
         Ok(decision) => {
+            // Taken after the body is rendered: the histogram times parse, evaluate and render.
+            let latency = inflight.elapsed_ns();
             let warned: Vec<usize> = decision.warnings.iter().map(|w| w.rule).collect();
-            slot.stats.record(decision.rule, inflight.elapsed_ns(), &warned);
+            slot.stats.record(decision.rule, latency, &warned);
         }
         Err(e) => {
             slot.stats.record_invalid_input();
@@ -421,12 +423,18 @@ fn metrics_text(app: &App, req: &Request<'_>, rsp: &mut Response) {
             })
         })
         .collect();
+    // Every table name, served or not: a file that never loaded is the one most in need of a look.
+    let loads: Vec<TableLoad<'_>> = tables
+        .slots
+        .iter()
+        .map(|(name, slot)| TableLoad { name, failing: slot.error.is_some(), failures: slot.load_failures })
+        .collect();
     let gauges = Gauges {
         uptime_seconds: app.started.elapsed().as_secs_f64(),
         inflight: app.inflight(),
         load: app.load(),
         open_connections: app.open_connections() as u64,
-        table_errors: tables.errors().count() as u64,
+        table_loads: &loads,
     };
     let format = metrics::Format::from_accept(req.header("accept").and_then(|a| std::str::from_utf8(a).ok()));
     rsp.body = metrics::encode_format(format, &views, &app.stats, &gauges);
@@ -552,10 +560,10 @@ fn write_outcomes(outcomes: &[(String, Outcome)], b: &mut String) {
         b.push_str("{\"table\":");
         write_json_string(name, b);
         match outcome {
-            Outcome::Loaded { version } => {
+            Outcome::Loaded { version, .. } => {
                 let _ = write!(b, ",\"result\":\"loaded\",\"version\":\"{version}\"");
             }
-            Outcome::Unchanged { version } => {
+            Outcome::Unchanged { version, .. } => {
                 let _ = write!(b, ",\"result\":\"unchanged\",\"version\":\"{version}\"");
             }
             Outcome::Failed { error, serving } => {

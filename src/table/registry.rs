@@ -33,6 +33,9 @@ pub struct Slot {
     pub stats: Arc<TableStats>,
     /// the file(s) the name comes from
     pub files: Vec<PathBuf>,
+    /// failed loads of this name's file since the server started (at start and on reloads),
+    /// kept across reloads for `clef_table_load_failures_total`
+    pub load_failures: u64,
 }
 
 impl Slot {
@@ -72,11 +75,16 @@ pub enum Outcome {
     Loaded {
         /// its version
         version: String,
+        /// the name's file had failed to load before (its error is cleared now)
+        recovered: bool,
     },
-    /// the file's bytes did not change
+    /// the file's bytes are those of the version serving
     Unchanged {
         /// the version still serving
         version: String,
+        /// the name's file had failed to load before and is back to the serving version's
+        /// bytes (its error is cleared now)
+        recovered: bool,
     },
     /// the file failed to load; the previous version (if any) keeps serving
     Failed {
@@ -139,7 +147,10 @@ impl Registry {
         let mut outcomes = Vec::new();
         for (name, paths) in &files {
             let prior = old.slots.get(name);
-            let (slot, outcome) = self.load_slot(name, paths, prior);
+            let (mut slot, outcome) = self.load_slot(name, paths, prior);
+            if matches!(outcome, Outcome::Failed { .. }) {
+                slot.load_failures += 1;
+            }
             outcomes.push((name.clone(), outcome));
             next.slots.insert(name.clone(), slot);
         }
@@ -159,8 +170,11 @@ impl Registry {
             error: None,
             stats: Arc::new(TableStats::new(Vec::new())),
             files: paths.to_vec(),
+            load_failures: 0,
         });
         slot.files = paths.to_vec();
+        // A good load after this clears the error: the outcome says the table recovered.
+        let had_error = slot.error.is_some();
         let serving = slot.current.as_ref().map(|t| t.version.clone());
         if paths.len() > 1 {
             let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
@@ -181,7 +195,7 @@ impl Registry {
         if let Some(current) = &slot.current {
             if current.version == version && current.path == *path {
                 slot.error = None;
-                return (slot, Outcome::Unchanged { version });
+                return (slot, Outcome::Unchanged { version, recovered: had_error });
             }
         }
         match Table::from_bytes(path, &bytes, &self.sources.limits) {
@@ -194,7 +208,7 @@ impl Registry {
                 }
                 slot.serve(Arc::new(table));
                 slot.error = None;
-                (slot, Outcome::Loaded { version })
+                (slot, Outcome::Loaded { version, recovered: had_error })
             }
             Err(e) => {
                 let error = e.to_string();
