@@ -613,13 +613,25 @@ fn mapping_path_at(node: &Node<'_>, at: usize, path: &mut Vec<Step>) -> bool {
 fn syntax_problem(source: &str, e: &ScanError, options: &Options) -> Problem {
     let m = e.marker();
     let at = m.byte_offset().unwrap_or_else(|| source.char_indices().nth(m.index()).map_or(source.len(), |(b, _)| b));
-    let at = at.min(source.len());
+    let mut at = at.min(source.len());
+    let info = e.info();
     let message = match e.kind() {
         granit_parser::ErrorKind::RecursionLimitExceeded => too_deep_message(options),
-        granit_parser::ErrorKind::TabInBlockIndentation => {
-            format!("this is not valid YAML: {}; indent with spaces", e.info())
+        _ if info.contains("tab") => {
+            // at the tab itself: in the indentation before the parser's position, or on the next
+            // line when it stopped at the end of a scalar
+            let line_start = source[..at].rfind('\n').map_or(0, |n| n + 1);
+            let rest = &source[at..];
+            let line_after =
+                rest.find('\n').map_or(rest.len(), |n| rest[n + 1..].find('\n').map_or(rest.len(), |m| n + 1 + m));
+            if let Some(tab) = source[line_start..at].find('\t') {
+                at = line_start + tab;
+            } else if let Some(tab) = rest[..line_after].find('\t') {
+                at += tab;
+            }
+            format!("this is not valid YAML: {info}; YAML indents with spaces, not tabs")
         }
-        _ => format!("this is not valid YAML: {}", e.info()),
+        _ => format!("this is not valid YAML: {info}"),
     };
     Problem { at, width: 1, message }
 }

@@ -442,7 +442,7 @@ impl<'s> Reader<'s> {
             }
             None => {}
         }
-        if let Some(part) = node.get("when").and_then(|v| self.when(&label, v)) {
+        if let Some(part) = node.entry("when").and_then(|(k, v)| self.when(&label, k, v)) {
             condition.push(part);
         }
         let (id, id_at) = id?;
@@ -451,11 +451,11 @@ impl<'s> Reader<'s> {
     }
 
     /// A `when:` expression, located through its scalar's quoting.
-    fn when(&mut self, label: &str, node: &Node<'_>) -> Option<ConditionPart<'static>> {
+    fn when(&mut self, label: &str, key: &Node<'_>, node: &Node<'_>) -> Option<ConditionPart<'static>> {
         let text = match node.scalar() {
             Some(s) if !node.is_null() && !s.text.trim().is_empty() => s.text.to_string(),
             Some(_) => {
-                self.at(&node.span, format!("{label}: \"when\" is empty; write an expression, or remove the key"));
+                self.at(&key.span, format!("{label}: \"when\" is empty; write an expression, or remove the key"));
                 return None;
             }
             None => {
