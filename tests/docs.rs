@@ -12,7 +12,8 @@
 //! - `docs/language.md`: `| level | operators |…`, `| operator |…`, `| function |…` and
 //!   `| expression | result |` (examples evaluated against an empty input);
 //! - `docs/tables.md`: `| table key |…`, `| rule key |…`, `| parameter key |…`, `| test key |…`,
-//!   `| expect key |…`, `| type |…` (schema types);
+//!   `| expect key |…`, `| type |…` (schema types), and for rule sets `| rule set key |…`,
+//!   `| YAML rule key |…`, `| condition key |…`, `| operator |…`;
 //! - `docs/api.md`: `| endpoint | listener |…`, `| status | code |…`, and `| field |…` tables
 //!   preceded by `<!-- fields: METHOD /path -->`;
 //! - `docs/metrics.md`: `| metric | type | labels |…`;
@@ -516,6 +517,20 @@ fn table_rule_param_and_test_keys_are_documented() {
         ("parameter key", PARAM_KEYS),
         ("test key", TEST_KEYS),
         ("expect key", EXPECT_KEYS),
+    ] {
+        same_sets(&format!("{first}s"), doc, &set(code), &first_column(doc, first));
+    }
+}
+
+#[test]
+fn rule_set_keys_and_operators_are_documented() {
+    use clef::table::ruleset::{CONDITION_KEYS, OPERATORS, RULE_KEYS, TOP_KEYS};
+    let doc = "docs/tables.md";
+    for (first, code) in [
+        ("rule set key", TOP_KEYS),
+        ("yaml rule key", RULE_KEYS),
+        ("condition key", CONDITION_KEYS),
+        ("operator", OPERATORS),
     ] {
         same_sets(&format!("{first}s"), doc, &set(code), &first_column(doc, first));
     }
