@@ -692,9 +692,9 @@ pub fn scalar_map(source: &str, node: &Node<'_>) -> Option<Vec<usize>> {
     let raw = source.get(node.span.clone())?;
     let base = node.span.start;
     let (text, map) = match s.style {
-        ScalarStyle::Plain => flow_map(raw, base, false),
-        ScalarStyle::SingleQuoted => flow_map(raw.strip_prefix('\'')?.strip_suffix('\'')?, base + 1, false),
-        ScalarStyle::DoubleQuoted => flow_map(raw.strip_prefix('"')?.strip_suffix('"')?, base + 1, true),
+        ScalarStyle::Plain => flow_map(raw, base, s.style),
+        ScalarStyle::SingleQuoted => flow_map(raw.strip_prefix('\'')?.strip_suffix('\'')?, base + 1, s.style),
+        ScalarStyle::DoubleQuoted => flow_map(raw.strip_prefix('"')?.strip_suffix('"')?, base + 1, s.style),
         ScalarStyle::Literal | ScalarStyle::Folded => block_map(source, node.span.clone(), s.style)?,
     };
     (text == *s.text && map.len() == text.len() + 1).then_some(map)
@@ -703,8 +703,8 @@ pub fn scalar_map(source: &str, node: &Node<'_>) -> Option<Vec<usize>> {
 /// One character of a flow scalar: its text and where it starts in the source.
 #[derive(Clone, Copy)]
 enum Unit {
-    /// content (`ws`: a literal space or tab, which folding may trim)
-    Char { c: char, at: usize, ws: bool },
+    /// content from `at` to `end` in the source (`ws`: a literal space or tab, which folding may trim)
+    Char { c: char, at: usize, end: usize, ws: bool },
     /// a line break in the source
     Break,
     /// `\` at the end of a line in a double-quoted scalar: the break is removed
@@ -713,17 +713,24 @@ enum Unit {
 
 /// Decodes a plain or quoted scalar's content (without its quotes) starting at byte `base`,
 /// with YAML's line folding, into its text and the map of each byte to the source.
-fn flow_map(raw: &str, base: usize, double: bool) -> (String, Vec<usize>) {
+fn flow_map(raw: &str, base: usize, style: ScalarStyle) -> (String, Vec<usize>) {
+    let single = style == ScalarStyle::SingleQuoted;
+    let double = style == ScalarStyle::DoubleQuoted;
     let mut units = Vec::with_capacity(raw.len());
     let mut it = raw.char_indices().peekable();
+    // where the next character starts: the end of the one just read
+    let next_at = |it: &mut std::iter::Peekable<std::str::CharIndices<'_>>| {
+        it.peek().map_or(base + raw.len(), |&(j, _)| base + j)
+    };
     while let Some((i, c)) = it.next() {
         let at = base + i;
         match c {
             '\r' if it.peek().map(|&(_, n)| n) == Some('\n') => {}
             '\n' | '\r' => units.push(Unit::Break),
-            '\'' if !double && it.peek().map(|&(_, n)| n) == Some('\'') => {
+            '\'' if single && it.peek().map(|&(_, n)| n) == Some('\'') => {
                 it.next();
-                units.push(Unit::Char { c: '\'', at, ws: false });
+                let end = next_at(&mut it);
+                units.push(Unit::Char { c: '\'', at, end, ws: false });
             }
             '\\' if double => {
                 let Some((_, e)) = it.next() else { break };
@@ -748,7 +755,8 @@ fn flow_map(raw: &str, base: usize, double: bool) -> (String, Vec<usize>) {
                     _ => None,
                 };
                 if let Some(c) = simple {
-                    units.push(Unit::Char { c, at, ws: false });
+                    let end = next_at(&mut it);
+                    units.push(Unit::Char { c, at, end, ws: false });
                     continue;
                 }
                 let digits = match e {
@@ -769,10 +777,13 @@ fn flow_map(raw: &str, base: usize, double: bool) -> (String, Vec<usize>) {
                     let d = it.next().and_then(|(_, h)| h.to_digit(16)).unwrap_or(0);
                     code = code.wrapping_mul(16).wrapping_add(d);
                 }
-                units.push(Unit::Char { c: char::from_u32(code).unwrap_or('\u{fffd}'), at, ws: false });
+                let end = next_at(&mut it);
+                units.push(Unit::Char { c: char::from_u32(code).unwrap_or('\u{fffd}'), at, end, ws: false });
             }
-            ' ' | '\t' => units.push(Unit::Char { c, at, ws: true }),
-            c => units.push(Unit::Char { c, at, ws: false }),
+            c => {
+                let end = next_at(&mut it);
+                units.push(Unit::Char { c, at, end, ws: c == ' ' || c == '\t' });
+            }
         }
     }
     // lines between breaks; an escaped break joins two lines with nothing between them
@@ -830,7 +841,7 @@ fn flow_map(raw: &str, base: usize, double: bool) -> (String, Vec<usize>) {
             }
         }
         pending_break = items.last().and_then(|u| match u {
-            Unit::Char { c, at, .. } => Some(at + c.len_utf8()),
+            Unit::Char { end, .. } => Some(*end),
             _ => None,
         });
     }
@@ -866,6 +877,7 @@ fn block_map(source: &str, span: Range<usize>, style: ScalarStyle) -> Option<(St
     // trailing blank lines are chomped; content lines keep everything after the indentation
     let content_end = lines.iter().rposition(|(_, l)| l.len() > indent && !l[indent..].trim().is_empty())?;
     let mut previous_folds = false;
+    let mut previous_end: Option<usize> = None;
     let mut blank_run: Vec<usize> = Vec::new();
     for (n, (start, body)) in lines.iter().enumerate().take(content_end + 1) {
         let content = body.get(indent..).unwrap_or("");
@@ -876,7 +888,8 @@ fn block_map(source: &str, span: Range<usize>, style: ScalarStyle) -> Option<(St
         }
         let more_indented = content.starts_with([' ', '\t']);
         if n > 0 {
-            let break_at = map.last().map_or(*start, |&l: &usize| l + 1);
+            // the break is the end of the previous content line
+            let break_at = previous_end.unwrap_or(*start);
             if style == ScalarStyle::Folded && previous_folds && !more_indented && blank_run.is_empty() {
                 text.push(' ');
                 map.push(break_at);
@@ -898,6 +911,7 @@ fn block_map(source: &str, span: Range<usize>, style: ScalarStyle) -> Option<(St
             map.extend(std::iter::repeat_n(start + indent + i, c.len_utf8()));
         }
         previous_folds = !more_indented;
+        previous_end = Some(start + body.len());
     }
     let last_end = lines.get(content_end).map_or(span.end, |(s, b)| s + b.len());
     match chomp {

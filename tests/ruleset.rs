@@ -531,8 +531,84 @@ fn a_big_rule_set_loads_in_reasonable_time() {
     assert_eq!(answer(&t, &json!({"user": {"tier": "t19999"}, "amount": 1e9}))["rule_id"], "r19999");
 }
 
+/// The cases of each property: `PROPTEST_CASES`, else 2000.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000)
+}
+
+/// `text` written as a YAML scalar in the style `style` (0 plain, 1 single-quoted, 2 double-quoted,
+/// 3 literal block, 4 folded block, 5 double-quoted over two lines), when that style can hold it.
+fn styled(text: &str, style: u8) -> Option<String> {
+    let blank_ends = text.starts_with([' ', '\t']) || text.ends_with([' ', '\t']);
+    let one_line = !text.contains(['\n', '\r']);
+    match style {
+        0 => {
+            let safe = one_line
+                && !text.is_empty()
+                && !blank_ends
+                && !text.contains(": ")
+                && !text.contains(" #")
+                && !text.ends_with(':')
+                && !text.contains('\t')
+                && !text.starts_with(|c: char| "-?:,[]{}#&*!|>'\"%@`".contains(c));
+            safe.then(|| text.to_string())
+        }
+        1 => one_line.then(|| format!("'{}'", text.replace('\'', "''"))),
+        2 => Some(serde_json::to_string(text).unwrap()),
+        3 | 4 => {
+            let ok = !text.is_empty()
+                && !text.starts_with([' ', '\t', '\n'])
+                && !text.ends_with(['\n', ' ', '\t'])
+                && !text.contains("\n\n")
+                && !text.contains('\r')
+                && !text.contains("\n ")
+                && !text.contains("\n\t")
+                && (style == 3 || one_line);
+            let lines: Vec<String> = text.split('\n').map(|l| format!("  {l}")).collect();
+            ok.then(|| format!("{}\n{}", if style == 3 { "|-" } else { ">-" }, lines.join("\n")))
+        }
+        _ => {
+            // a line break between two words folds into the space that was there
+            let (a, b) = text.split_once(' ')?;
+            let ok = one_line && !a.is_empty() && !b.starts_with([' ', '\t']) && !a.ends_with(['\t']);
+            ok.then(|| {
+                let a = serde_json::to_string(a).unwrap();
+                let b = serde_json::to_string(b).unwrap();
+                format!("{}\n  {}", &a[..a.len() - 1], &b[1..])
+            })
+        }
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// A scalar however it is written maps each of its characters back to the character (or the
+    /// escape, or the line break folded into a space) it was read from.
+    #[test]
+    fn scalar_maps_lead_back_to_the_source(text in "[ -~é日\t\n]{0,40}", style in 0..6u8) {
+        let Some(scalar) = styled(&text, style) else { return Ok(()) };
+        let source = format!("w: {scalar}\nx: 1\n");
+        let options = clef::yaml::Options { max_depth: 8, depth_hint: "", what: "a test" };
+        let doc = match clef::yaml::parse(&source, &options) {
+            Ok(doc) => doc,
+            Err(e) => return Err(TestCaseError::fail(format!("{source:?}: {}", e.message))),
+        };
+        let root = doc.root.unwrap();
+        let node = root.get("w").unwrap();
+        let decoded = &node.scalar().unwrap().text;
+        prop_assert_eq!(decoded.as_ref(), text.as_str(), "{:?}", source);
+        let map = clef::yaml::scalar_map(&source, node);
+        prop_assert!(map.is_some(), "no map for {:?}", source);
+        let map = map.unwrap();
+        prop_assert_eq!(map.len(), text.len() + 1);
+        for (i, c) in text.char_indices() {
+            let at = map[i];
+            let src = source[at..].chars().next().unwrap();
+            let fits = src == c || src == '\\' || (c == ' ' && src == '\n') || (c == '\'' && src == '\'');
+            prop_assert!(fits, "{:?}: {:?} at {} maps to {:?} at {}", source, c, i, src, at);
+        }
+    }
 
     /// Any bytes as a rule set: an error or a table, never a panic.
     #[test]
