@@ -194,6 +194,8 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Ta
             rules.push(rule);
         }
     }
+    // the tree is read: free it before the conditions are compiled
+    drop(root);
     let spec = TableSpec { rules, default, env, templates: true };
     let mut diags = std::mem::take(&mut r.diags);
     match build(path, source, spec, limits, &mut diags) {
