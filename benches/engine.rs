@@ -2,7 +2,8 @@
 //! `python3 ../shared/bench/workload.py --rules N [--mix first|spread]` (or
 //! `$CLEF_WORKLOAD_PY`), and `benches/chat_workload.py` for chat moderation.
 //!
-//! Run: `cargo bench --bench engine`. Every decision includes parsing the input bytes.
+//! Run: `cargo bench --bench engine` (`-- ruleset` for the YAML rule set against its Jev twin).
+//! Every decision includes parsing the input bytes.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -94,9 +95,59 @@ fn compile(c: &mut Criterion) {
     });
 }
 
+/// The same `n` rules as a YAML rule set (`conditions:` entries) and as a Jev table (conditions
+/// written by hand), and an input only the last rule matches.
+fn twin_tables(n: usize) -> (String, String, String) {
+    let mut yaml = String::from("default: {route: default}\nrules:\n");
+    let mut jev = Vec::new();
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - id: r{i}\n    conditions:\n      - {{field: user.tier, operator: eq, value: t{t}}}\n      \
+             - {{field: amount, operator: gt, value: {i}}}\n      \
+             - {{field: headers.user-agent, operator: contains, value: Mobile}}\n      \
+             - {{field: country, operator: in, value: [CN, HK, c{i}]}}\n    action: {{route: r{i}, ttl: 15}}\n",
+            t = i % 50
+        ));
+        jev.push(serde_json::json!({
+            "id": format!("r{i}"),
+            "condition": format!(
+                "user.tier == \"t{}\" && amount > {i} && headers[\"user-agent\"] contains \"Mobile\" && country in [\"CN\", \"HK\", \"c{i}\"]",
+                i % 50
+            ),
+            "action": {"route": format!("r{i}"), "ttl": 15},
+        }));
+    }
+    let jev = serde_json::json!({"default": {"route": "default"}, "rules": jev}).to_string();
+    let input = serde_json::json!({
+        "user": {"tier": format!("t{}", (n - 1) % 50)},
+        "amount": n,
+        "headers": {"user-agent": "Mozilla/5.0 (iPhone) Mobile/15E148"},
+        "country": format!("c{}", n - 1),
+    })
+    .to_string();
+    (yaml, jev, input)
+}
+
+/// A rule set against the equivalent Jev table, same rules, same input, in one run.
+fn ruleset(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ruleset");
+    for n in [20, 500] {
+        let (yaml, jev, input) = twin_tables(n);
+        let rule_set = Table::from_bytes(Path::new("twin.yaml"), yaml.as_bytes(), &Limits::default()).unwrap();
+        let table = Table::from_bytes(Path::new("twin.json"), jev.as_bytes(), &Limits::default()).unwrap();
+        let (a, b) =
+            (rule_set.decide(input.as_bytes(), false).unwrap(), table.decide(input.as_bytes(), false).unwrap());
+        assert_eq!((a.rule, b.rule), (Some(n - 1), Some(n - 1)), "the last rule of both must match");
+        let input = input.into_bytes();
+        group.bench_function(format!("jev-{n}"), |b| b.iter(|| table.decide(black_box(&input), false)));
+        group.bench_function(format!("yaml-{n}"), |b| b.iter(|| rule_set.decide(black_box(&input), false)));
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(50).measurement_time(std::time::Duration::from_secs(4));
-    targets = decide, condition, compile
+    targets = decide, condition, compile, ruleset
 }
 criterion_main!(benches);

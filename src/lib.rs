@@ -18,3 +18,4 @@ pub mod metrics;
 pub mod server;
 pub mod suggest;
 pub mod table;
+pub mod yaml;

@@ -506,8 +506,8 @@ fn every_example_table_answers_its_samples() {
     for sample in &samples {
         let file = sample.file_name().unwrap().to_str().unwrap();
         let name = file.split('.').next().unwrap();
-        let table = tables().join(format!("{name}.json"));
-        assert!(table.is_file(), "sample {file} has no table {}", table.display());
+        let table = ["json", "yaml"].iter().map(|ext| tables().join(format!("{name}.{ext}"))).find(|t| t.is_file());
+        let table = table.unwrap_or_else(|| panic!("sample {file} has no table {name}.json or {name}.yaml"));
         tables_seen.insert(name.to_string());
         let o = clef(&["decide", s(&table), s(sample)], None);
         assert_eq!(code(&o), 0, "{file}: {}", describe(&o));
@@ -518,7 +518,7 @@ fn every_example_table_answers_its_samples() {
     for entry in std::fs::read_dir(tables()).unwrap() {
         let p = entry.unwrap().path();
         let f = p.file_name().unwrap().to_str().unwrap().to_string();
-        if f.ends_with(".json") && !f.ends_with(".tests.json") {
+        if (f.ends_with(".json") || f.ends_with(".yaml")) && !f.ends_with(".tests.json") {
             let name = f.split('.').next().unwrap();
             assert!(tables_seen.contains(name), "table {f} has no sample in tables/samples/");
         }

@@ -12,7 +12,8 @@
 //! - `docs/language.md`: `| level | operators |…`, `| operator |…`, `| function |…` and
 //!   `| expression | result |` (examples evaluated against an empty input);
 //! - `docs/tables.md`: `| table key |…`, `| rule key |…`, `| parameter key |…`, `| test key |…`,
-//!   `| expect key |…`, `| type |…` (schema types);
+//!   `| expect key |…`, `| type |…` (schema types), and for rule sets `| rule set key |…`,
+//!   `| YAML rule key |…`, `| condition key |…`, `| operator |…`;
 //! - `docs/api.md`: `| endpoint | listener |…`, `| status | code |…`, and `| field |…` tables
 //!   preceded by `<!-- fields: METHOD /path -->`;
 //! - `docs/metrics.md`: `| metric | type | labels |…`;
@@ -257,6 +258,13 @@ fn leaves(prefix: &str, v: &Json, out: &mut BTreeMap<String, Json>) {
     }
 }
 
+/// A YAML value (a config default as the docs write it) as JSON.
+fn yaml_value(text: &str) -> Result<Json, String> {
+    let options = clef::yaml::Options { max_depth: 8, depth_hint: "", what: "a value" };
+    let doc = clef::yaml::parse(text, &options).map_err(|p| p.message)?;
+    doc.root.map_or(Ok(Json::Null), |root| root.to_json().map_err(|e| e.1))
+}
+
 /// A YAML document that sets the dotted `key` to `value`.
 fn yaml_setting(key: &str, value: &str) -> String {
     let parts: Vec<&str> = key.split('.').collect();
@@ -318,13 +326,13 @@ fn config_keys_and_defaults_are_documented() {
 
     for (key, value) in &code {
         let (doc_default, meaning) = &documented[key];
-        let parsed: Json = serde_yaml::from_str(doc_default)
+        let parsed = yaml_value(doc_default)
             .unwrap_or_else(|e| panic!("{doc}: the default of `{key}`, `{doc_default}`, is not YAML: {e}"));
         assert_eq!(&parsed, value, "{doc}: the default of `{key}` is `{doc_default}`, but the code's is {value}");
 
         // A key that accepts any value and only warns is accepted but not implemented.
         let later = value.is_null()
-            && serde_yaml::from_str::<Config>(&yaml_setting(key, "{probe: 1}"))
+            && clef::config::parse_text("config.yaml", &yaml_setting(key, "{probe: 1}"))
                 .map(|c| c.warnings().iter().any(|w| w.contains(&format!("`{key}`"))))
                 .unwrap_or(false);
         let says = meaning.contains("not implemented");
@@ -509,6 +517,20 @@ fn table_rule_param_and_test_keys_are_documented() {
         ("parameter key", PARAM_KEYS),
         ("test key", TEST_KEYS),
         ("expect key", EXPECT_KEYS),
+    ] {
+        same_sets(&format!("{first}s"), doc, &set(code), &first_column(doc, first));
+    }
+}
+
+#[test]
+fn rule_set_keys_and_operators_are_documented() {
+    use clef::table::ruleset::{CONDITION_KEYS, OPERATORS, RULE_KEYS, TOP_KEYS};
+    let doc = "docs/tables.md";
+    for (first, code) in [
+        ("rule set key", TOP_KEYS),
+        ("yaml rule key", RULE_KEYS),
+        ("condition key", CONDITION_KEYS),
+        ("operator", OPERATORS),
     ] {
         same_sets(&format!("{first}s"), doc, &set(code), &first_column(doc, first));
     }

@@ -88,6 +88,25 @@ fn condition() -> impl Strategy<Value = String> {
     ]
 }
 
+/// The same rules as a YAML rule set: each condition a `when:`, single-quoted or (as JSON, whose
+/// escapes YAML reads the same) double-quoted, alternately; the action in flow style.
+fn yaml_of(table_json: &str) -> String {
+    let table: serde_json::Value = serde_json::from_str(table_json).expect("a generated table");
+    let mut out = String::from("default: {n: -1}\nrules:\n");
+    for (i, rule) in table["rules"].as_array().into_iter().flatten().enumerate() {
+        let cond = rule["condition"].as_str().unwrap_or("true");
+        let when =
+            if i % 2 == 0 { format!("'{}'", cond.replace('\'', "''")) } else { serde_json::to_string(cond).unwrap() };
+        out.push_str(&format!(
+            "  - id: {}\n    when: {when}\n    action: {{n: {}}}\n    enabled: {}\n",
+            rule["id"].as_str().unwrap_or("r"),
+            rule["action"]["n"],
+            rule["enabled"]
+        ));
+    }
+    out
+}
+
 fn table() -> impl Strategy<Value = String> {
     prop::collection::vec((condition(), prop::bool::weighted(0.9)), 1..40).prop_map(|rules| {
         // Keep the conditions that load: a generated `"a" + 1` is a (tested) load error, not the point here.
@@ -154,6 +173,15 @@ proptest! {
             let explained = table.decide(body.as_bytes(), true).expect("valid input");
             prop_assert_eq!(explained.rule, fast.rule);
         }
+        // the same rules written as a YAML rule set decide the same, warnings included
+        let yaml = yaml_of(&table_json);
+        let rule_set = Table::from_bytes(Path::new("gen.yaml"), yaml.as_bytes(), &Limits::default());
+        let rule_set = rule_set.unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        for body in &inputs {
+            let jev = table.decide(body.as_bytes(), false).expect("valid input");
+            let yaml_decision = rule_set.decide(body.as_bytes(), false).expect("valid input");
+            prop_assert_eq!(jev, yaml_decision, "input {} rule set {}", body, yaml);
+        }
     }
 }
 
@@ -174,6 +202,8 @@ proptest! {
     fn any_bytes_as_table_or_input(bytes in prop::collection::vec(any::<u8>(), 0..200), text in "[\\[\\]{}\",:0-9a-z ]{0,120}") {
         let _ = Table::from_bytes(Path::new("t.json"), &bytes, &Limits::default());
         let _ = Table::from_bytes(Path::new("t.json"), text.as_bytes(), &Limits::default());
+        let _ = Table::from_bytes(Path::new("t.yaml"), &bytes, &Limits::default());
+        let _ = Table::from_bytes(Path::new("t.yaml"), text.as_bytes(), &Limits::default());
         let t = Table::from_bytes(Path::new("t.json"), br#"[{"id": "r", "condition": "a.b[0] > 1 || s matches \"x\"", "action": {}}]"#, &Limits::default()).unwrap();
         let _ = t.decide(&bytes, true);
         let _ = t.decide(text.as_bytes(), true);

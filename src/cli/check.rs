@@ -1,6 +1,7 @@
 //! `clef check PATH...`: every problem of every file, as `path:line:col: error: message`:
 //! tables, the tests stored with them (in the table or in `NAME.tests.json`,
-//! read as `clef test` reads them) and configs; then one summary line.
+//! read as `clef test` reads them) and configs; then one summary line. A YAML file is a rule set
+//! when its top level has a `rules` key (whatever its name), and a configuration otherwise.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -27,14 +28,13 @@ pub fn run(paths: &[PathBuf]) -> i32 {
         }
         let shown = path.display().to_string();
         let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
-        if is_yaml {
-            tally.count(check_yaml(&path, &shown));
+        if is_yaml && !is_rule_set(&path) {
+            tally.count(check_config(&path, &shown));
             continue;
         }
         if shown.ends_with(".tests.json") {
             // A tests file named on its own: checked against its table when that loads.
-            let table_path = path.with_file_name(format!("{}.json", table_name(&path)));
-            let table = Table::load(&table_path, &Limits::default()).ok();
+            let table = table_of_tests(&path).and_then(|t| Table::load(&t, &Limits::default()).ok());
             tally.count(check_tests_file(&path, table.as_ref()));
             continue;
         }
@@ -127,23 +127,22 @@ fn check_tests_file(path: &Path, table: Option<&Table>) -> bool {
     }
 }
 
-/// A YAML file with a top-level `rules` key is a rule set; any other YAML is a config.
-fn check_yaml(path: &std::path::Path, shown: &str) -> bool {
-    // Read as a config is: a FIFO or a device named `x.yaml` is refused, not waited on.
-    let text = match crate::config::read_config_text(path) {
-        Ok(text) => text,
-        Err(diagnostics) => {
-            for d in diagnostics {
-                eprintln!("{d}");
-            }
-            return false;
-        }
-    };
-    let is_ruleset = text.trim_start_matches('\u{feff}').lines().any(|l| l.starts_with("rules:"));
-    if is_ruleset {
-        eprintln!("{shown}:1:1: error: YAML rule sets are not supported by this version of clef yet");
-        return false;
-    }
+/// Whether a YAML file is a rule set: its top level has a `rules` key (read by the YAML parser, as
+/// far as the file is valid YAML). A file that cannot be read is checked as a config, which says why.
+fn is_rule_set(path: &Path) -> bool {
+    let Ok(bytes) = crate::table::read_table_file(path) else { return false };
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    std::str::from_utf8(bytes).is_ok_and(crate::table::ruleset::is_rule_set)
+}
+
+/// The table a `NAME.tests.json` belongs to: `NAME.json`, `NAME.yaml` or `NAME.yml` beside it.
+fn table_of_tests(path: &Path) -> Option<PathBuf> {
+    let name = table_name(path);
+    ["json", "yaml", "yml"].iter().map(|ext| path.with_file_name(format!("{name}.{ext}"))).find(|p| p.is_file())
+}
+
+/// A YAML file that is not a rule set: a config.
+fn check_config(path: &Path, shown: &str) -> bool {
     let diagnostics = crate::config::check_file(path);
     let errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
     for d in &diagnostics {

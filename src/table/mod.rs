@@ -5,6 +5,7 @@ pub mod index;
 pub mod jev;
 pub mod registry;
 pub mod rules;
+pub mod ruleset;
 pub mod spec;
 pub mod template;
 
@@ -314,7 +315,12 @@ impl Table {
                     jev::load(&shown, source, limits).map_err(|diagnostics| LoadError { diagnostics })?;
                 (Engine::Rules(rules), meta)
             }
-            TableKind::RuleSet | TableKind::Flash | TableKind::FlashCompiled => {
+            TableKind::RuleSet => {
+                let (rules, meta) =
+                    ruleset::load(&shown, source, limits).map_err(|diagnostics| LoadError { diagnostics })?;
+                (Engine::Rules(rules), meta)
+            }
+            TableKind::Flash | TableKind::FlashCompiled => {
                 return Err(LoadError::single(
                     &shown,
                     format!("{} tables are not supported by this version of clef yet", kind.name()),
