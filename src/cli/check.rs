@@ -5,6 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use sha2::{Digest, Sha256};
+
 use super::tests::{self, tests_file_for};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::table::{table_name, Limits, Table};
@@ -33,8 +35,12 @@ pub fn run(paths: &[PathBuf]) -> i32 {
         }
         if shown.ends_with(".tests.json") {
             // A tests file named on its own: checked against its table when that loads.
-            let table_path = path.with_file_name(format!("{}.json", table_name(&path)));
-            let table = Table::load(&table_path, &Limits::default()).ok();
+            let name = table_name(&path);
+            let table = ["json", "flash.json", "cfb"]
+                .iter()
+                .map(|ext| path.with_file_name(format!("{name}.{ext}")))
+                .find(|p| p.is_file())
+                .and_then(|p| Table::load(&p, &Limits::default()).ok());
             tally.count(check_tests_file(&path, table.as_ref()));
             continue;
         }
@@ -74,12 +80,16 @@ pub fn run(paths: &[PathBuf]) -> i32 {
         if inline.is_some() || table.tests.is_none() {
             let tests = inline.map(|n| format!(", {n} tests")).unwrap_or_default();
             println!(
-                "{shown}: ok ({} table \"{}\", {} rules{tests}, version {})",
+                "{shown}: ok ({} table \"{}\", {} {}{tests}, version {})",
                 table.kind.name(),
                 table.name,
                 table.engine.outcome_count(),
+                table.engine.outcome_noun(),
                 table.version
             );
+            if let Some(warning) = stale_compiled(&table) {
+                eprintln!("{}", Diagnostic::whole_file(&shown, warning).warning());
+            }
             tally.count(true);
         }
         let sibling = tests_file_for(&path);
@@ -89,6 +99,25 @@ pub fn run(paths: &[PathBuf]) -> i32 {
     }
     println!("{}", tally.summary());
     i32::from(failed || tally.errors > 0)
+}
+
+/// For a `.cfb` beside a `.flash.json` it was not compiled from: what the server will do.
+fn stale_compiled(table: &Table) -> Option<String> {
+    let spec = match &table.engine {
+        crate::table::Engine::Flash(f) if table.kind == crate::table::TableKind::FlashCompiled => f.spec(),
+        _ => return None,
+    };
+    let source = table.path.with_file_name(format!("{}.flash.json", table.name));
+    let bytes = std::fs::read(&source).ok()?;
+    (Sha256::digest(&bytes).as_slice() != spec.source_sha256).then(|| {
+        format!(
+            "it was compiled from another version of {}: the server serves the source instead; compile it again \
+             with clef flash compile {} -o {}",
+            source.display(),
+            source.display(),
+            table.path.display()
+        )
+    })
 }
 
 /// Files checked, and how many had errors.
