@@ -201,7 +201,7 @@ impl FlashTable {
     /// Builds the lookup structures of `spec`, after checking everything the lookup relies on
     /// (see the module comment). The error says what is wrong, for a `.cfb` that does not hold
     /// together; the source front end reports its problems with positions before this.
-    pub fn new(spec: FlashSpec) -> Result<FlashTable, String> {
+    pub fn new(mut spec: FlashSpec) -> Result<FlashTable, String> {
         if spec.dimensions.is_empty() {
             return Err("a flash table needs at least one dimension".into());
         }
@@ -232,7 +232,8 @@ impl FlashTable {
             return Err(format!("cell #{i} names action #{}, but there are {n_actions} actions", spec.cells[i]));
         }
         if spec.default.is_some_and(|a| usize::from(a) >= n_actions) {
-            return Err(format!("the default is action #{:?}, but there are {n_actions} actions", spec.default));
+            let a = spec.default.unwrap_or_default();
+            return Err(format!("the default is action #{a}, but there are {n_actions} actions"));
         }
         let mut actions = Vec::with_capacity(n_actions);
         for (i, a) in spec.actions.iter().enumerate() {
@@ -241,6 +242,8 @@ impl FlashTable {
                 _ => return Err(format!("action #{i} is not a JSON object")),
             }
         }
+        // As written, compact: what the source gives, and what a .cfb holds unless it was made by hand.
+        spec.actions = actions.iter().map(|a| a.to_string()).collect();
         let default_json = match spec.default {
             Some(a) => actions[usize::from(a)].clone(),
             None => "null".into(),
