@@ -41,18 +41,20 @@ const WORDS: &[&str] = &[
 
 fn dimension(i: usize) -> impl Strategy<Value = DimensionSpec> {
     let field = prop::sample::select(vec![format!("f{i}"), format!("o.f{i}"), format!("o.p.f{i}")]);
-    let categories = prop::sample::subsequence(WORDS.to_vec(), 1..=12)
+    // Small dimensions after the third, so that tables of up to 6 stay small.
+    let most = if i < 3 { 12 } else { 3 };
+    let categories = prop::sample::subsequence(WORDS.to_vec(), 1..=most)
         .prop_shuffle()
         .prop_map(|v| (v.into_iter().map(String::from).collect::<Vec<_>>(), None));
     // Ranges: sorted distinct bounds (quarters, so that inputs can hit them exactly), the first
     // and last possibly unbounded, each range mapped to one of 1..=n buckets.
-    let ranges = (1usize..=20).prop_flat_map(|n| {
+    let ranges = (1usize..=20).prop_flat_map(move |n| {
         (
             prop::collection::btree_set(-200i32..200, n + 1),
             any::<bool>(),
             any::<bool>(),
             prop::collection::vec(0u16..n as u16, n),
-            1..=n,
+            1..=n.min(most),
         )
             .prop_map(move |(bounds, open_low, open_high, buckets, k)| {
                 let mut b: Vec<f64> = bounds.into_iter().map(|x| f64::from(x) / 4.0).collect();
@@ -78,7 +80,8 @@ fn dimension(i: usize) -> impl Strategy<Value = DimensionSpec> {
 }
 
 fn spec() -> impl Strategy<Value = FlashSpec> {
-    (1usize..=3)
+    // Up to 6 dimensions: tables of more than 4 read each field on its own, not in one pass.
+    prop_oneof![3 => 1usize..=3, 1 => 4usize..=6]
         .prop_flat_map(|n| {
             let dims: Vec<_> = (0..n).map(dimension).collect();
             (dims, 1usize..=5)
@@ -127,8 +130,8 @@ fn value() -> impl Strategy<Value = serde_json::Value> {
 
 /// An input object setting some of the fields the generated dimensions may read.
 fn input() -> impl Strategy<Value = String> {
-    let keys = (0..3).flat_map(|i| [format!("f{i}"), format!("o.f{i}"), format!("o.p.f{i}")]).collect::<Vec<_>>();
-    prop::collection::vec((prop::sample::select(keys), value()), 0..8).prop_map(|pairs| {
+    let keys = (0..6).flat_map(|i| [format!("f{i}"), format!("o.f{i}"), format!("o.p.f{i}")]).collect::<Vec<_>>();
+    prop::collection::vec((prop::sample::select(keys), value()), 0..14).prop_map(|pairs| {
         let mut root = serde_json::Map::new();
         for (path, v) in pairs {
             let parts: Vec<&str> = path.split('.').collect();

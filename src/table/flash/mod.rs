@@ -49,6 +49,9 @@ pub const MAX_CELLS: usize = cfb::MAX_BYTES / 2;
 /// The outcome index of a trace entry that names no cell (some value fit no bucket).
 const NO_CELL: usize = usize::MAX;
 
+/// Tables of up to this many dimensions read their fields in one pass over the input's members.
+const ONE_PASS: usize = 4;
+
 /// Categories up to this many are found by a linear scan (faster than hashing a short string).
 const LINEAR_CATEGORIES: usize = 8;
 
@@ -135,6 +138,9 @@ pub struct FlashTable {
 struct Dimension {
     /// the field's path, split at the dots
     path: Box<[Box<str>]>,
+    /// its first segment, and the others
+    first: Box<str>,
+    rest: Box<[Box<str>]>,
     /// the field's path as written, for traces
     field: Box<str>,
     stride: usize,
@@ -153,16 +159,25 @@ enum Lookup {
 
 impl Lookup {
     /// The bucket `v` falls in, if any.
-    #[inline]
+    #[inline(always)]
     fn bucket(&self, v: &Value<'_>) -> Option<u16> {
         match (self, v) {
-            (Lookup::Few(values), Value::Str(s)) => values.iter().position(|x| **x == **s).map(|i| i as u16),
+            (Lookup::Few(values), Value::Str(s)) => values.iter().position(|x| same(x, s)).map(|i| i as u16),
             (Lookup::Many(map), Value::Str(s)) => map.get(*s).copied(),
             (Lookup::Ranges { bounds, buckets }, Value::Int(i)) => range_bucket(bounds, buckets, *i as f64),
             (Lookup::Ranges { bounds, buckets }, Value::Float(f)) => range_bucket(bounds, buckets, *f),
             _ => None,
         }
     }
+}
+
+/// String equality that rules most unequal strings out before calling `memcmp`: a dimension's
+/// first key or category is compared with every member or value, and the call costs more than
+/// looking at the lengths and the first and last bytes.
+#[inline(always)]
+fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.first() == b.first() && a.last() == b.last() && a == b
 }
 
 #[inline]
@@ -264,8 +279,11 @@ impl FlashTable {
                 }
                 None => Lookup::Many(d.values.iter().enumerate().map(|(i, v)| (v.as_str().into(), i as u16)).collect()),
             };
+            let path: Box<[Box<str>]> = d.field.split('.').map(Box::from).collect();
             dims.push(Dimension {
-                path: d.field.split('.').map(Box::from).collect(),
+                first: path.first().cloned().unwrap_or_default(),
+                rest: path.get(1..).unwrap_or_default().into(),
+                path,
                 field: d.field.as_str().into(),
                 stride,
                 lookup,
@@ -300,12 +318,34 @@ impl FlashTable {
     /// value fits no bucket.
     #[inline]
     pub fn cell(&self, root: &Value<'_>) -> Option<usize> {
-        let mut cell = 0;
-        for d in self.dims.iter() {
-            let b = d.lookup.bucket(&read(root, &d.path))?;
-            cell += usize::from(b) * d.stride;
+        match root {
+            Value::Object(o) if self.dims.len() <= ONE_PASS => {
+                // One pass over the top-level members finds every dimension's first segment (the
+                // last of repeated keys wins, as `Object::get` has it), instead of a pass each.
+                let mut first = [Value::Nil; ONE_PASS];
+                for (k, v) in o.iter() {
+                    for (slot, d) in first.iter_mut().zip(self.dims.iter()) {
+                        if same(&d.first, k) {
+                            *slot = v;
+                        }
+                    }
+                }
+                let mut cell = 0;
+                for (v, d) in first.iter().zip(self.dims.iter()) {
+                    let b = d.lookup.bucket(&read(v, &d.rest))?;
+                    cell += usize::from(b) * d.stride;
+                }
+                Some(cell)
+            }
+            _ => {
+                let mut cell = 0;
+                for d in self.dims.iter() {
+                    let b = d.lookup.bucket(&read(root, &d.path))?;
+                    cell += usize::from(b) * d.stride;
+                }
+                Some(cell)
+            }
         }
-        Some(cell)
     }
 
     /// Decides one parsed input: the cell it falls in, or none (the default answers).
