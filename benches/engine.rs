@@ -2,8 +2,9 @@
 //! `python3 ../shared/bench/workload.py --rules N [--mix first|spread]` (or
 //! `$CLEF_WORKLOAD_PY`), and `benches/chat_workload.py` for chat moderation.
 //!
-//! Run: `cargo bench --bench engine` (`-- ruleset` for the YAML rule set against its Jev twin).
-//! Every decision includes parsing the input bytes.
+//! Run: `cargo bench --bench engine` (`-- ruleset` for the YAML rule set against its Jev twin,
+//! `-- flash` for the flash table). Every decision includes parsing the input bytes, except
+//! `flash/lookup/*`, which starts from the parsed input.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use std::process::Command;
 use bumpalo::Bump;
 use clef::expr::eval::{self, Ctx};
 use clef::expr::{Env, Expression};
-use clef::table::{Limits, Table};
+use clef::table::{Engine, Limits, Table};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 fn workload(script: &Path, args: &[&str], name: &str) -> PathBuf {
@@ -86,6 +87,24 @@ fn condition(c: &mut Criterion) {
     .unwrap();
 }
 
+/// The example flash table: a decision from the parsed input (every dimension bucketed, one
+/// cell read), and `decide` from the input's bytes (parsing included), on each sample.
+fn flash(c: &mut Criterion) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let table = Table::load(&root.join("tables/edge_routing.flash.json"), &Limits::default()).unwrap();
+    let Engine::Flash(flash) = &table.engine else { panic!("edge_routing is a flash table") };
+    let mut group = c.benchmark_group("flash");
+    for sample in ["mobile_medium", "desktop_low", "unknown_device"] {
+        let input = std::fs::read(root.join(format!("tables/samples/edge_routing.{sample}.json"))).unwrap();
+        clef::input::with_parsed(&input, 128, |parsed| {
+            group.bench_function(format!("lookup/{sample}"), |b| b.iter(|| flash.decide(black_box(&parsed), false)));
+        })
+        .unwrap();
+        group.bench_function(format!("decide/{sample}"), |b| b.iter(|| table.decide(black_box(&input), false)));
+    }
+    group.finish();
+}
+
 fn compile(c: &mut Criterion) {
     let dir = shared_workload(500, "first");
     let bytes = std::fs::read(dir.join("table.json")).unwrap();
@@ -148,6 +167,6 @@ fn ruleset(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(50).measurement_time(std::time::Duration::from_secs(4));
-    targets = decide, condition, compile, ruleset
+    targets = decide, condition, ruleset, flash, compile
 }
 criterion_main!(benches);

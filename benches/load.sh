@@ -2,10 +2,13 @@
 # Load test of the real binary with wrk (issue #3): POST /decide against GET /health in one run.
 #
 #   bash benches/load.sh [SECONDS] [CONNECTIONS] [ROUNDS]
+#   ALSO=edge_routing:tables/samples/edge_routing.mobile_medium.json bash benches/load.sh
 #
-# Runs GET /health and POST /decide alternately ROUNDS times each (SECONDS per run) against
-# one server and prints, per run and as medians: requests/s, p50/p99 latency, server CPU time
-# per request (from /proc/PID/stat: load-independent), and the resident memory idle and after.
+# Runs GET /health and POST /decide (the default table, risk) alternately ROUNDS times each
+# (SECONDS per run) against one server and prints, per run and as medians: requests/s, p50/p99
+# latency, server CPU time per request (from /proc/PID/stat: load-independent), and the
+# resident memory idle and after. With ALSO=TABLE:BODY, each round also posts BODY to
+# /decide/TABLE, and the medians compare it with POST /decide.
 # Needs wrk (apt-get install wrk). Talks only to 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +33,18 @@ wrk.method = "POST"
 wrk.body = io.open("$BODY"):read("*a")
 wrk.headers["Content-Type"] = "application/json"
 LUA
+ALSO=${ALSO:-}
+if [ -n "$ALSO" ]; then
+  ALSO_TABLE=${ALSO%%:*}
+  ALSO_BODY=${ALSO#*:}
+  cat > "$WORK/also.lua" <<LUA
+wrk.method = "POST"
+wrk.body = io.open("$ALSO_BODY"):read("*a")
+wrk.headers["Content-Type"] = "application/json"
+LUA
+  curl -sf -X POST --data-binary "@$ALSO_BODY" "http://127.0.0.1:$PORT/decide/$ALSO_TABLE" >/dev/null \
+    || { echo "POST /decide/$ALSO_TABLE fails" >&2; exit 1; }
+fi
 rss_kb() { awk '/VmRSS/ {print $2}' /proc/$PID/status; }
 cpu_ticks() { awk '{print $14 + $15}' /proc/$PID/stat; }
 TICK=$(getconf CLK_TCK)
@@ -57,6 +72,9 @@ run() { # name, extra wrk args...
 for _ in $(seq "$ROUNDS"); do
   run health "http://127.0.0.1:$PORT/health"
   run decide -s "$WORK/post.lua" "http://127.0.0.1:$PORT/decide"
+  if [ -n "$ALSO" ]; then
+    run "$ALSO_TABLE" -s "$WORK/also.lua" "http://127.0.0.1:$PORT/decide/$ALSO_TABLE"
+  fi
 done
 echo "RSS after: $(( $(rss_kb) / 1024 )).$(( ($(rss_kb) % 1024) * 10 / 1024 )) MB"
 python3 - "$WORK/results" <<'PY'
@@ -72,4 +90,7 @@ for n, (rps, p99, cpu) in med.items():
     print("median %-7s %10.0f req/s  p99 %6.2f ms  server CPU %5.2f us/request" % (n, rps, p99, cpu))
 h, d = med["health"], med["decide"]
 print("decide/health (medians): throughput %.2f, p99 %.2f, CPU per request %.2f" % (d[0] / h[0], d[1] / h[1], d[2] / h[2]))
+for n, a in med.items():
+    if n not in ("health", "decide"):
+        print("%s/decide (medians): throughput %.2f, p99 %.2f, CPU per request %.2f" % (n, a[0] / d[0], a[1] / d[1], a[2] / d[2]))
 PY

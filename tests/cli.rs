@@ -506,8 +506,11 @@ fn every_example_table_answers_its_samples() {
     for sample in &samples {
         let file = sample.file_name().unwrap().to_str().unwrap();
         let name = file.split('.').next().unwrap();
-        let table = ["json", "yaml"].iter().map(|ext| tables().join(format!("{name}.{ext}"))).find(|t| t.is_file());
-        let table = table.unwrap_or_else(|| panic!("sample {file} has no table {name}.json or {name}.yaml"));
+        let table = ["json", "yaml", "flash.json"]
+            .iter()
+            .map(|ext| tables().join(format!("{name}.{ext}")))
+            .find(|t| t.is_file())
+            .unwrap_or_else(|| panic!("sample {file} has no table {name}.json, {name}.yaml or {name}.flash.json"));
         tables_seen.insert(name.to_string());
         let o = clef(&["decide", s(&table), s(sample)], None);
         assert_eq!(code(&o), 0, "{file}: {}", describe(&o));

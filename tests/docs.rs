@@ -509,6 +509,7 @@ fn example_expressions_give_what_the_docs_say() {
 #[test]
 fn table_rule_param_and_test_keys_are_documented() {
     use clef::cli::tests::{EXPECT_KEYS, TEST_KEYS};
+    use clef::table::flash::source::{DIMENSION_KEYS, FLASH_KEYS, RANGE_KEYS};
     use clef::table::jev::{PARAM_KEYS, RULE_KEYS, TABLE_KEYS};
     let doc = "docs/tables.md";
     for (first, code) in [
@@ -517,6 +518,9 @@ fn table_rule_param_and_test_keys_are_documented() {
         ("parameter key", PARAM_KEYS),
         ("test key", TEST_KEYS),
         ("expect key", EXPECT_KEYS),
+        ("flash key", FLASH_KEYS),
+        ("dimension key", DIMENSION_KEYS),
+        ("range key", RANGE_KEYS),
     ] {
         same_sets(&format!("{first}s"), doc, &set(code), &first_column(doc, first));
     }
@@ -794,17 +798,31 @@ fn help(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 help")
 }
 
-/// The commands of `clef --help`, and the flags of each (`-c`, `--config`; not `--help`).
+/// The commands named in a help text's `Commands:` section (not `help`).
+fn subcommands(text: &str) -> Vec<String> {
+    let Some(section) = text.split("Commands:").nth(1) else { return Vec::new() };
+    let section = section.split("\n\n").next().unwrap_or("");
+    section.lines().filter_map(|l| l.split_whitespace().next()).filter(|n| *n != "help").map(String::from).collect()
+}
+
+/// The commands of `clef --help`, and the flags of each (`-c`, `--config`; not `--help`). A
+/// command with subcommands (`clef flash`) stands for them: `flash compile`, `flash inspect`.
 fn commands_and_flags() -> BTreeMap<String, BTreeSet<String>> {
     let top = help(&["--help"]);
-    let section = top.split("Commands:").nth(1).expect("a Commands: section").split("\n\n").next().unwrap_or("");
-    let mut out = BTreeMap::new();
-    for line in section.lines() {
-        let Some(name) = line.split_whitespace().next() else { continue };
-        if name == "help" {
-            continue;
+    let mut names: Vec<String> = Vec::new();
+    for name in subcommands(&top) {
+        let subs = subcommands(&help(&[&name, "--help"]));
+        if subs.is_empty() {
+            names.push(name);
+        } else {
+            names.extend(subs.into_iter().map(|sub| format!("{name} {sub}")));
         }
-        let text = help(&[name, "--help"]);
+    }
+    let mut out = BTreeMap::new();
+    for name in &names {
+        let mut args: Vec<&str> = name.split(' ').collect();
+        args.push("--help");
+        let text = help(&args);
         let options = text.split("Options:").nth(1).unwrap_or("");
         let mut flags = BTreeSet::new();
         for opt in options.lines() {
@@ -861,7 +879,7 @@ fn commands_and_flags_are_documented() {
         for chunk in &code_text {
             for c in mention.captures_iter(chunk) {
                 assert!(
-                    code.contains_key(&c[1]) || &c[1] == "help",
+                    code.keys().any(|k| k.split(' ').next() == Some(&c[1])) || &c[1] == "help",
                     "{rel}: `clef {}` is not a command of this version",
                     &c[1]
                 );
@@ -903,6 +921,13 @@ const T_V1: &str = r#"{"description": "docs test", "params": {"p": {"value": 1}}
     {"id": "off", "condition": "true", "action": {"a": 4}, "enabled": false}
   ]}"#;
 
+/// A flash table with a categorical and a numeric dimension (both kinds of bucket).
+const FLASH: &str = r#"{"description": "docs test", "default": 2,
+  "dimensions": [{"name": "device", "values": ["desktop", "mobile"]},
+                 {"name": "level", "field": "m.rate", "values": ["low", "high"], "mapping": {"0-0.1": "low", "0.1+": "high"}}],
+  "actions": [{"id": 1, "type": "proxy"}, {"id": 2, "type": "cache"}],
+  "matrix": [[1, 2], [2, 2]]}"#;
+
 impl Server {
     fn start() -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -910,6 +935,7 @@ impl Server {
         std::fs::create_dir(dir.path().join("tables")).expect("tables/");
         for (name, text) in [
             ("t.json", T_V1),
+            ("f.flash.json", FLASH),
             ("u.json", r#"[{"id": "r", "condition": "true", "action": {}}]"#),
             ("gone.json", r#"[{"id": "r", "condition": "true", "action": {}}]"#),
             ("broken.json", r#"[{"id": "r", "condition": "nope(", "action": {}}]"#),
@@ -1032,9 +1058,12 @@ fn endpoints_and_response_fields_are_documented() {
     let decide = server.json(false, "POST", "/decide/t?explain=true", r#"{"x": "s", "y": 1}"#);
     assert!(decide.get("warnings").is_some() && decide.get("trace").is_some(), "{decide}");
     record("POST", "/decide/{table}?explain=true", decide);
+    let flash = server.json(false, "POST", "/decide/f?explain=true", r#"{"device": "mobile", "m": {"rate": 0.5}}"#);
+    assert_eq!(flash["rule_id"], "device=mobile,level=high", "{flash}");
+    record("POST", "/decide/{table}?explain=true", flash);
     record("GET", "/health", server.json(false, "GET", "/health", ""));
     record("GET", "/tables", server.json(false, "GET", "/tables", ""));
-    for name in ["t", "broken"] {
+    for name in ["t", "f", "broken"] {
         for admin in [false, true] {
             record("GET", "/tables/{name}", server.json(admin, "GET", &format!("/tables/{name}"), ""));
         }

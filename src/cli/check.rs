@@ -6,6 +6,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use sha2::{Digest, Sha256};
+
 use super::tests::{self, tests_file_for};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::table::{table_name, Limits, Table};
@@ -74,12 +76,16 @@ pub fn run(paths: &[PathBuf]) -> i32 {
         if inline.is_some() || table.tests.is_none() {
             let tests = inline.map(|n| format!(", {n} tests")).unwrap_or_default();
             println!(
-                "{shown}: ok ({} table \"{}\", {} rules{tests}, version {})",
+                "{shown}: ok ({} table \"{}\", {} {}{tests}, version {})",
                 table.kind.name(),
                 table.name,
                 table.engine.outcome_count(),
+                table.engine.outcome_noun(),
                 table.version
             );
+            if let Some(warning) = stale_compiled(&table) {
+                eprintln!("{}", Diagnostic::whole_file(&shown, warning).warning());
+            }
             tally.count(true);
         }
         let sibling = tests_file_for(&path);
@@ -89,6 +95,25 @@ pub fn run(paths: &[PathBuf]) -> i32 {
     }
     println!("{}", tally.summary());
     i32::from(failed || tally.errors > 0)
+}
+
+/// For a `.cfb` beside a `.flash.json` it was not compiled from: what the server will do.
+fn stale_compiled(table: &Table) -> Option<String> {
+    let spec = match &table.engine {
+        crate::table::Engine::Flash(f) if table.kind == crate::table::TableKind::FlashCompiled => f.spec(),
+        _ => return None,
+    };
+    let source = table.path.with_file_name(format!("{}.flash.json", table.name));
+    let bytes = std::fs::read(&source).ok()?;
+    (Sha256::digest(&bytes).as_slice() != spec.source_sha256).then(|| {
+        format!(
+            "it was compiled from another version of {}: the server serves the source instead; compile it again \
+             with clef flash compile {} -o {}",
+            source.display(),
+            source.display(),
+            table.path.display()
+        )
+    })
 }
 
 /// Files checked, and how many had errors.
@@ -138,7 +163,10 @@ fn is_rule_set(path: &Path) -> bool {
 /// The table a `NAME.tests.json` belongs to: `NAME.json`, `NAME.yaml` or `NAME.yml` beside it.
 fn table_of_tests(path: &Path) -> Option<PathBuf> {
     let name = table_name(path);
-    ["json", "yaml", "yml"].iter().map(|ext| path.with_file_name(format!("{name}.{ext}"))).find(|p| p.is_file())
+    ["json", "yaml", "yml", "flash.json", "cfb"]
+        .iter()
+        .map(|ext| path.with_file_name(format!("{name}.{ext}")))
+        .find(|p| p.is_file())
 }
 
 /// A YAML file that is not a rule set: a config.

@@ -3,6 +3,7 @@
 mod bench;
 mod check;
 mod decide;
+mod flash;
 mod serve;
 pub mod tests;
 
@@ -75,8 +76,30 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compile a flash table's source into a .cfb file, or print what a .cfb file holds.
+    Flash {
+        #[command(subcommand)]
+        command: FlashCommand,
+    },
     /// Print the version.
     Version,
+}
+
+#[derive(Debug, Subcommand)]
+enum FlashCommand {
+    /// Compile a flash table's source (NAME.flash.json) into the binary NAME.cfb.
+    Compile {
+        /// the flash table's source
+        source: PathBuf,
+        /// where to write the .cfb (default: NAME.cfb beside the source)
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+    },
+    /// Print what a .cfb file holds: dimensions, buckets, the matrix, actions, checksum.
+    Inspect {
+        /// the .cfb file
+        file: PathBuf,
+    },
 }
 
 /// Runs the command line; returns the exit code.
@@ -95,6 +118,10 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
         Command::Check { paths } => check::run(&paths),
         Command::Test { paths, coverage } => tests::run(&paths, coverage),
         Command::Bench { table, input, n, json } => bench::run(&table, &input, n, json),
+        Command::Flash { command: FlashCommand::Compile { source, output } } => {
+            flash::compile(&source, output.as_deref())
+        }
+        Command::Flash { command: FlashCommand::Inspect { file } } => flash::inspect(&file),
         Command::Version => {
             println!("clef {}", env!("CARGO_PKG_VERSION"));
             0

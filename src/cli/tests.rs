@@ -224,7 +224,8 @@ fn expectations<'s>(
                 let hint = did_you_mean(id, ids.iter().map(String::as_str))
                     .map(|s| format!("; did you mean \"{s}\"?"))
                     .unwrap_or_default();
-                p.at(fields["rule_id"], format!("{label}: the table has no rule \"{id}\"{hint}"));
+                let noun = table.engine.outcome_noun().trim_end_matches('s');
+                p.at(fields["rule_id"], format!("{label}: the table has no {noun} \"{id}\"{hint}"));
             }
             Some(i) if !table.engine.outcome_enabled(i) => p.at(
                 fields["rule_id"],

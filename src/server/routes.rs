@@ -527,6 +527,14 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
             b.push_str(",\"params\":");
             b.push_str(&params.to_string());
         }
+        if let crate::table::Engine::Flash(flash) = &t.engine {
+            // Instead of rules: the dimensions with their buckets, the actions, the cells.
+            let from = if t.kind == crate::table::TableKind::FlashCompiled { "cfb" } else { "source" };
+            let _ = write!(b, ",\"served_from\":\"{from}\"");
+            flash.write_description(b);
+            b.push('}');
+            return;
+        }
         b.push_str(",\"rules\":[");
         for (i, r) in t.engine.rules().iter().enumerate() {
             if i > 0 {

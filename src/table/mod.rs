@@ -1,6 +1,7 @@
 //! Tables: loading any kind from a file, naming and versioning them, and
 //! turning a decision into the response body of SPEC §6.
 
+pub mod flash;
 pub mod index;
 pub mod jev;
 pub mod registry;
@@ -161,18 +162,22 @@ pub struct Table {
 pub enum Engine {
     /// ordered rules, the first that holds answers: Jev tables and YAML rule sets
     Rules(RuleEngine),
+    /// one bucket lookup per dimension and one cell read: flash tables
+    Flash(flash::FlashTable),
 }
 
 impl Engine {
     fn decide(&self, root: &Value<'_>, explain: bool) -> Result<Decision, InputError> {
         match self {
             Engine::Rules(e) => e.decide(root, explain),
+            Engine::Flash(f) => Ok(f.decide(root, explain)),
         }
     }
 
     fn decide_reference(&self, root: &Value<'_>) -> Result<Decision, InputError> {
         match self {
             Engine::Rules(e) => e.decide_reference(root),
+            Engine::Flash(f) => Ok(f.decide_reference(root)),
         }
     }
 
@@ -180,6 +185,7 @@ impl Engine {
     pub fn rules(&self) -> &[Rule] {
         match self {
             Engine::Rules(e) => &e.rules,
+            Engine::Flash(_) => &[],
         }
     }
 
@@ -187,6 +193,7 @@ impl Engine {
     pub fn outcome_count(&self) -> usize {
         match self {
             Engine::Rules(e) => e.rules.len(),
+            Engine::Flash(f) => f.cell_count(),
         }
     }
 
@@ -194,6 +201,7 @@ impl Engine {
     pub fn outcome_id_json(&self, i: usize) -> &str {
         match self {
             Engine::Rules(e) => &e.rules[i].id_json,
+            Engine::Flash(f) => f.cell_id_json(i),
         }
     }
 
@@ -201,6 +209,7 @@ impl Engine {
     pub fn outcome_ids(&self) -> Vec<String> {
         match self {
             Engine::Rules(e) => e.rules.iter().map(|r| r.id.clone()).collect(),
+            Engine::Flash(f) => f.cell_names().to_vec(),
         }
     }
 
@@ -209,6 +218,7 @@ impl Engine {
         match (self, outcome) {
             (Engine::Rules(e), Some(r)) => &e.rules[r].action_json,
             (Engine::Rules(e), None) => &e.default_json,
+            (Engine::Flash(f), cell) => f.action_json(cell),
         }
     }
 
@@ -221,6 +231,7 @@ impl Engine {
     pub fn outcome_enabled(&self, i: usize) -> bool {
         match self {
             Engine::Rules(e) => e.rules.get(i).is_some_and(|r| r.enabled),
+            Engine::Flash(f) => i < f.cell_count(),
         }
     }
 
@@ -228,6 +239,7 @@ impl Engine {
     pub fn outcome_noun(&self) -> &'static str {
         match self {
             Engine::Rules(_) => "rules",
+            Engine::Flash(_) => "cells",
         }
     }
 
@@ -235,6 +247,7 @@ impl Engine {
     pub fn summary(&self) -> String {
         match self {
             Engine::Rules(e) => format!("{} rules, {} indexed fields", e.rules.len(), e.indexed_fields()),
+            Engine::Flash(f) => f.summary(),
         }
     }
 }
@@ -267,9 +280,14 @@ pub struct ResponseMeta<'a> {
 /// The largest table file clef reads: 100,000 rules of a few hundred bytes each fit well.
 pub const MAX_TABLE_BYTES: u64 = 64 << 20;
 
-/// The bytes of a table file: a regular file of at most [`MAX_TABLE_BYTES`].
+/// The bytes of a table file: a regular file of at most [`MAX_TABLE_BYTES`] (a compiled flash
+/// table: at most 64 KiB, read whole rather than mapped, since a reload replaces the file).
 pub fn read_table_file(path: &Path) -> std::io::Result<Vec<u8>> {
-    crate::files::read_limited(path, MAX_TABLE_BYTES)
+    let max = match TableKind::of_path(path) {
+        Some(TableKind::FlashCompiled) => flash::cfb::MAX_BYTES as u64,
+        _ => MAX_TABLE_BYTES,
+    };
+    crate::files::read_limited(path, max)
 }
 
 /// The table name for a file: its file name without every extension.
@@ -306,8 +324,13 @@ impl Table {
         }
         let kind = TableKind::of_path(path).unwrap_or(TableKind::Jev);
         let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-        let source = std::str::from_utf8(body).map_err(|e| {
-            LoadError::single(&shown, format!("the file is not UTF-8 (invalid byte at offset {})", e.valid_up_to()))
+        let source = std::str::from_utf8(body).or_else(|e| match kind {
+            // A compiled flash table is binary.
+            TableKind::FlashCompiled => Ok(""),
+            _ => Err(LoadError::single(
+                &shown,
+                format!("the file is not UTF-8 (invalid byte at offset {})", e.valid_up_to()),
+            )),
         })?;
         let (engine, meta) = match kind {
             TableKind::Jev => {
@@ -320,12 +343,7 @@ impl Table {
                     ruleset::load(&shown, source, limits).map_err(|diagnostics| LoadError { diagnostics })?;
                 (Engine::Rules(rules), meta)
             }
-            TableKind::Flash | TableKind::FlashCompiled => {
-                return Err(LoadError::single(
-                    &shown,
-                    format!("{} tables are not supported by this version of clef yet", kind.name()),
-                ))
-            }
+            TableKind::Flash | TableKind::FlashCompiled => flash::load(&shown, kind, source, bytes)?,
         };
         let name = table_name(path);
         let mut name_json = String::new();

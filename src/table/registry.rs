@@ -13,7 +13,9 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
 
+use super::flash::cfb;
 use super::{table_name, version_of, Limits, Table, TableKind};
 use crate::metrics::TableStats;
 
@@ -176,21 +178,14 @@ impl Registry {
         // A good load after this clears the error: the outcome says the table recovered.
         let had_error = slot.error.is_some();
         let serving = slot.current.as_ref().map(|t| t.version.clone());
-        if paths.len() > 1 {
-            let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-            let error = format!("two files map to the table name \"{name}\": {}; rename one", list.join(" and "));
-            slot.error = Some(error.clone());
-            return (slot, Outcome::Failed { error, serving });
-        }
-        let path = &paths[0];
-        let bytes = match super::read_table_file(path) {
-            Ok(b) => b,
-            Err(e) => {
-                let error = format!("{}: cannot read the file: {e}", path.display());
+        let (path, bytes) = match pick(name, paths) {
+            Ok(chosen) => chosen,
+            Err(error) => {
                 slot.error = Some(error.clone());
                 return (slot, Outcome::Failed { error, serving });
             }
         };
+        let path = &path;
         let version = version_of(&bytes);
         if let Some(current) = &slot.current {
             if current.version == version && current.path == *path {
@@ -234,7 +229,8 @@ impl Registry {
 }
 
 impl Sources {
-    /// The files that make up the tables: name → paths (two paths is an error).
+    /// The files that make up the tables: name → paths (two paths is an error, except a `.cfb`
+    /// beside its `.flash.json`).
     pub fn discover(&self) -> (BTreeMap<String, Vec<PathBuf>>, Vec<String>) {
         let mut by_name: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         let mut problems = Vec::new();
@@ -284,6 +280,53 @@ pub enum RollbackError {
     UnknownTable,
     /// nothing older is kept
     NoPreviousVersion,
+}
+
+/// The file a table name is served from, with its bytes: its only file; or, for a `.cfb` beside
+/// the `.flash.json` it was compiled from (the SHA-256 the `.cfb` records is the source's), the
+/// `.cfb`. A `.cfb` that is stale (compiled from another version of the source) or does not load
+/// leaves the source to be served, with a warning in the log. Any other two files with one name
+/// are an error naming both.
+fn pick(name: &str, paths: &[PathBuf]) -> Result<(PathBuf, Vec<u8>), String> {
+    let read = |p: &Path| super::read_table_file(p).map_err(|e| format!("{}: cannot read the file: {e}", p.display()));
+    if let [one] = paths {
+        return Ok((one.clone(), read(one)?));
+    }
+    let Some((compiled, source)) = flash_pair(paths) else {
+        let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(format!("two files map to the table name \"{name}\": {}; rename one", list.join(" and ")));
+    };
+    let source_bytes = read(source)?;
+    let why = match read(compiled) {
+        Ok(bytes) if cfb::recorded_source(&bytes) == Some(Sha256::digest(&source_bytes).into()) => {
+            match cfb::read(&bytes) {
+                Ok(_) => return Ok((compiled.clone(), bytes)),
+                Err(e) => format!("it does not load ({e})"),
+            }
+        }
+        Ok(_) => "it was compiled from another version of the source (the SHA-256 it records differs)".to_string(),
+        Err(e) => e,
+    };
+    log::warn!(
+        "table \"{name}\": not serving {}: {why}; serving {} instead. Compile it again: clef flash compile {} -o {}",
+        compiled.display(),
+        source.display(),
+        source.display(),
+        compiled.display()
+    );
+    Ok((source.clone(), source_bytes))
+}
+
+/// `(the .cfb, the .flash.json)` when `paths` are exactly those two, side by side.
+fn flash_pair(paths: &[PathBuf]) -> Option<(&PathBuf, &PathBuf)> {
+    let [a, b] = paths else { return None };
+    let kinds = (TableKind::of_path(a)?, TableKind::of_path(b)?);
+    let (compiled, source) = match kinds {
+        (TableKind::FlashCompiled, TableKind::Flash) => (a, b),
+        (TableKind::Flash, TableKind::FlashCompiled) => (b, a),
+        _ => return None,
+    };
+    (compiled.parent() == source.parent()).then_some((compiled, source))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
