@@ -100,6 +100,9 @@ def free_port():
 
 def fail(msg):
     print("smoke-aarch64: " + msg, file=sys.stderr)
+    log.flush()
+    log.seek(0)
+    print("----- the server's log -----\n" + log.read()[-4000:], file=sys.stderr)
     sys.exit(1)
 
 def request(port, method, path, body=None, conn=None):
@@ -164,23 +167,37 @@ try:
     status, got = request(port, "POST", "/decide", open("tables/samples/risk.vip_cn.json", "rb").read())
     if status != 200 or json.loads(got)["table"] != "risk":
         fail("POST /decide (default table): %d %r" % (status, got))
-    # concurrent keep-alive connections: coroutines switching on aarch64
-    errors = []
-    def client():
+    # concurrent keep-alive connections: coroutines switching on aarch64. A connection reset
+    # is retried once on a new connection and reported (seen once, in a CI run on a loaded
+    # machine, not reproduced since); a wrong answer or a second failure fails the test.
+    errors, resets = [], []
+    body = b'{"user_tier": "vip", "order_amount_usd": 1500, "country_code": "CN"}'
+    def client(n):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            for _ in range(50):
-                s, b = request(port, "POST", "/decide/risk", b'{"user_tier": "vip", "order_amount_usd": 1500, "country_code": "CN"}', c)
-                if s != 200:
-                    errors.append(s)
-            c.close()
+            for i in range(50):
+                try:
+                    s, b = request(port, "POST", "/decide/risk", body, c)
+                except (ConnectionError, http.client.RemoteDisconnected) as e:
+                    resets.append("client %d, request %d: %r" % (n, i, e))
+                    c.close()
+                    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                    s, b = request(port, "POST", "/decide/risk", body, c)
+                if s != 200 or json.loads(b)["rule_id"] != "rule_001":
+                    errors.append("%d %r" % (s, b))
         except Exception as e:
             errors.append(repr(e))
-    threads = [threading.Thread(target=client) for _ in range(8)]
+        finally:
+            c.close()
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
     for t in threads: t.start()
     for t in threads: t.join(120)
     if errors or any(t.is_alive() for t in threads):
-        fail("concurrent requests: %r" % errors[:5])
+        fail("concurrent requests: %r (resets: %r)" % (errors[:5], resets[:5]))
+    if resets:
+        log.flush(); log.seek(0)
+        print("smoke-aarch64: WARNING: %d connection resets, each retried: %r\n%s" % (len(resets), resets[:8], log.read()[-3000:]),
+              file=sys.stderr)
     status, got = request(admin, "POST", "/reload")
     if status != 200:
         fail("POST /reload on the admin listener: %d %r" % (status, got))
