@@ -6,6 +6,7 @@
 
 pub mod conn;
 pub mod http;
+pub mod notify;
 pub mod routes;
 pub mod socket;
 
@@ -264,6 +265,7 @@ pub fn run(loaded: Loaded) -> i32 {
         app.registry.snapshot().slots.len(),
         started.elapsed().as_millis()
     );
+    notify::ready(&format!("serving on {main_addr}"));
     spawn_sampler(app.clone(), workers);
     if cfg.model.watch_file {
         spawn_watcher(app.clone(), loaded.path.clone(), watched);
@@ -367,6 +369,7 @@ fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
             Ok(sig) => {
                 log::info!("{sig}: draining: finishing in-flight requests, closing connections");
                 app.draining.store(true, Ordering::SeqCst);
+                notify::stopping();
                 drain(app);
                 log::info!("stopped");
                 return 0;
@@ -441,6 +444,7 @@ fn spawn_sampler(app: Arc<App>, workers: usize) {
             let mut at = Instant::now();
             loop {
                 std::thread::sleep(Duration::from_secs(1));
+                notify::watchdog();
                 let busy: u64 = app.busy_ns.iter().map(|b| b.load(Ordering::Relaxed)).sum();
                 let elapsed = at.elapsed().as_nanos() as f64;
                 at = Instant::now();
