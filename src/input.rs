@@ -8,9 +8,8 @@ use std::fmt;
 use simd_json::{Buffers, Tape};
 
 use crate::expr::check::with_article;
-use crate::expr::compile::Program;
-use crate::expr::eval::SlotValue;
 use crate::expr::ir::PathSeg;
+use crate::expr::program::{Program, SlotValue};
 use crate::expr::{Schema, SchemaType, Type, Value};
 
 /// Deepest accepted nesting; the top-level object is level 1.

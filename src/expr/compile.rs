@@ -8,8 +8,10 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::ast::{Expr, ExprKind, Span, Step};
 use super::eval::{self, Ctx};
 use super::ir::{AccessStep, ConstSet, Node, PathSeg, PatternGroup};
+use super::json;
 use super::ops::{BinOp, Func};
-use super::value::{Const, Value};
+use super::program::Program;
+use super::value::Const;
 use super::ExprError;
 
 /// Lists of literals longer than this are hashed for `in`.
@@ -18,23 +20,6 @@ const HASHED_SET_MIN: usize = 12;
 const PATTERN_GROUP_MIN: usize = 4;
 /// Default cap on one regex's compiled size (bytes), as the regex crate counts it.
 pub const DEFAULT_REGEX_SIZE_LIMIT: usize = 1 << 20;
-
-/// The compiled conditions of one table, sharing slots, memos and pattern groups.
-#[derive(Debug, Default)]
-pub struct Program {
-    /// every input path read, by slot number
-    pub paths: Vec<Vec<PathSeg>>,
-    /// top-level key → slot of the one-segment path
-    pub roots: KeyTable,
-    /// slots with more than one segment: (slot, slot of the first segment)
-    pub nested: Vec<(u32, u32)>,
-    /// shared sub-expressions
-    pub memos: Vec<Node>,
-    /// shared pattern passes
-    pub groups: Vec<PatternGroup>,
-    /// the compiled expressions, in the order given
-    pub exprs: Vec<Node>,
-}
 
 /// Compiles `exprs` (already checked) into one program. On error, returns
 /// the index of the failing expression with its error.
@@ -220,7 +205,7 @@ impl Compiler<'_> {
                 regex::Error::CompiledTooBig(n) => format!("it compiles to more than {n} bytes"),
                 other => other.to_string(),
             };
-            ExprError::new(pattern.span, format!("invalid regex {}: {detail}", quote(p)))
+            ExprError::new(pattern.span, format!("invalid regex {}: {detail}", json::quote(p)))
         })
     }
 
@@ -306,12 +291,6 @@ impl Compiler<'_> {
 fn str_test(op: BinOp, operand: Node, needle: Box<str>) -> Node {
     let finder = Box::new(Finder::new(needle.as_bytes()).into_owned());
     Node::StrTest { operand: Box::new(operand), op, needle, finder }
-}
-
-fn quote(s: &str) -> String {
-    let mut out = String::new();
-    super::value::write_json_string(s, &mut out);
-    out
 }
 
 fn is_const(n: &Node) -> bool {
@@ -499,93 +478,4 @@ fn build_pattern_groups(program: &mut Program) {
     for n in program.exprs.iter_mut().chain(program.memos.iter_mut()) {
         visit_mut(n, &mut rewrite);
     }
-}
-
-/// Top-level keys → slots. Keys are bucketed by length: a lookup is a few
-/// short compares, cheaper than hashing every key of every request.
-#[derive(Debug, Default)]
-pub struct KeyTable {
-    by_len: Vec<Vec<(Box<str>, u32)>>,
-    long: FxHashMap<Box<str>, u32>,
-}
-
-const SHORT_KEY: usize = 48;
-
-impl KeyTable {
-    fn insert(&mut self, key: Box<str>, slot: u32) {
-        if key.len() < SHORT_KEY {
-            if self.by_len.len() <= key.len() {
-                self.by_len.resize_with(key.len() + 1, Vec::new);
-            }
-            self.by_len[key.len()].push((key, slot));
-        } else {
-            self.long.insert(key, slot);
-        }
-    }
-
-    /// The slot of a top-level key.
-    #[inline]
-    pub fn get(&self, key: &str) -> Option<u32> {
-        if key.len() < SHORT_KEY {
-            self.by_len.get(key.len())?.iter().find(|(k, _)| **k == *key).map(|(_, s)| *s)
-        } else {
-            self.long.get(key).copied()
-        }
-    }
-}
-
-impl Program {
-    /// Adds a slot for `path`; `root` is the slot of its first segment when it has several.
-    fn push_slot(&mut self, path: Vec<PathSeg>, root: Option<u32>) -> u32 {
-        let id = self.paths.len() as u32;
-        match (root, path.first()) {
-            (Some(r), _) => self.nested.push((id, r)),
-            (None, Some(PathSeg::Key(k))) => self.roots.insert(k.clone(), id),
-            (None, _) => {}
-        }
-        self.paths.push(path);
-        id
-    }
-
-    /// The slot that holds `path`, added when no expression reads it, so that
-    /// the one pass of [`Program::fill_slots`] also reads it (the schema check
-    /// reads declared fields this way). Load time only: a linear search.
-    pub fn slot_for(&mut self, path: &[PathSeg]) -> u32 {
-        if let Some(i) = self.paths.iter().position(|p| p == path) {
-            return i as u32;
-        }
-        let root = if path.len() > 1 { Some(self.slot_for(&path[..1])) } else { None };
-        self.push_slot(path.to_vec(), root)
-    }
-
-    /// Reads the input's fields into slots.
-    pub fn fill_slots<'a>(&'a self, root: &Value<'a>) -> Vec<eval::SlotValue<'a>> {
-        let mut slots: Vec<eval::SlotValue<'a>> = vec![Ok(Value::Nil); self.paths.len()];
-        if let Value::Object(o) = root {
-            for (k, v) in o.iter() {
-                if let Some(s) = self.roots.get(k) {
-                    slots[s as usize] = Ok(v);
-                }
-            }
-        }
-        for &(slot, root_slot) in &self.nested {
-            let start = slots[root_slot as usize];
-            slots[slot as usize] = start.and_then(|v| descend(v, &self.paths[slot as usize][1..]));
-        }
-        slots
-    }
-}
-
-/// Follows path segments from `v` with the language's member/index rules.
-pub fn descend<'a>(mut v: Value<'a>, segs: &[PathSeg]) -> Result<Value<'a>, super::ops::EvalError> {
-    for seg in segs {
-        v = match seg {
-            PathSeg::Key(k) => match v {
-                Value::Array(_) => super::ops::index(&v, &Value::Str(k))?,
-                _ => super::ops::member(&v, k)?,
-            },
-            PathSeg::Index(i) => super::ops::index(&v, &Value::Int(*i))?,
-        };
-    }
-    Ok(v)
 }

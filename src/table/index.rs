@@ -20,9 +20,10 @@ use std::cmp::Ordering;
 use bumpalo::Bump;
 use rustc_hash::FxHashMap;
 
-use crate::expr::eval::{self, Ctx, SlotValue};
+use crate::expr::eval::{self, Ctx};
 use crate::expr::ir::Node;
 use crate::expr::ops::{self, UnOp};
+use crate::expr::program::SlotValue;
 use crate::expr::value::{Array, Const, Object, Value};
 use crate::expr::Program;
 

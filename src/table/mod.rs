@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use sha2::{Digest, Sha256};
 
 use crate::diagnostic::Diagnostic;
-use crate::expr::value::write_json_string;
+use crate::expr::json::write_json_string;
 use crate::expr::value::Value;
 use crate::input::{self, InputError};
 pub use rules::{Decision, Problem, Rule, RuleEngine, RuleWarning, TraceEntry};

@@ -8,9 +8,11 @@ use super::index::RuleIndex;
 use super::template::{MissingValue, Template};
 use crate::expr::ast::{Expr, ExprKind, Step};
 use crate::expr::compile::compile_program;
-use crate::expr::eval::{self, Ctx, SlotValue};
+use crate::expr::eval::{self, Ctx};
+use crate::expr::json::write_json_string;
 use crate::expr::ops::{self, EvalError};
-use crate::expr::value::{write_json_string, Const, Value};
+use crate::expr::program::SlotValue;
+use crate::expr::value::{Const, Value};
 use crate::expr::{reference, ExprError, Program, Schema};
 use crate::input::{InputError, SchemaCheck};
 
