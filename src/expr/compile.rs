@@ -30,7 +30,7 @@ pub fn compile_program(
 ) -> Result<Program, (usize, ExprError)> {
     let mut counts: FxHashMap<String, usize> = FxHashMap::default();
     for e in exprs {
-        count_calls(e, &mut counts);
+        count_shared(e, &mut counts);
     }
     let mut c = Compiler {
         program: Program::default(),
@@ -109,6 +109,10 @@ impl Compiler<'_> {
             }
             ExprKind::Binary(op, l, r) => return self.binary(*op, l, r, e.span),
             ExprKind::Chain(first, rest) => {
+                let key = canonical(e);
+                if let Some(id) = self.memo_ids.get(&key) {
+                    return Ok(Node::Memo(*id));
+                }
                 let first = self.compile(first)?;
                 let mut items = Vec::new();
                 for (op, item) in rest {
@@ -116,7 +120,7 @@ impl Compiler<'_> {
                 }
                 let constant = is_const(&first) && items.iter().all(|(_, n)| is_const(n));
                 let node = Node::Chain(Box::new(first), items);
-                return if constant { self.fold(node, e.span) } else { Ok(node) };
+                return if constant { self.fold(node, e.span) } else { Ok(self.share(key, node)) };
             }
             ExprKind::Power(items) => {
                 let nodes = self.compile_all(items)?;
@@ -234,13 +238,18 @@ impl Compiler<'_> {
             (_, Ok(pair)) => Node::Call(func, pair.into()),
             (_, Err(nodes)) => Node::Call(func, nodes),
         };
-        if self.shared.contains(&key) {
-            let id = self.program.memos.len() as u32;
-            self.program.memos.push(node);
-            self.memo_ids.insert(key, id);
-            return Ok(Node::Memo(id));
+        Ok(self.share(key, node))
+    }
+
+    /// `node` as a memo when other conditions compute it too (`key` is its canonical form).
+    fn share(&mut self, key: String, node: Node) -> Node {
+        if !self.shared.contains(&key) {
+            return node;
         }
-        Ok(node)
+        let id = self.program.memos.len() as u32;
+        self.program.memos.push(node);
+        self.memo_ids.insert(key, id);
+        Node::Memo(id)
     }
 
     fn binary(&mut self, op: BinOp, l: &Expr, r: &Expr, span: Span) -> Result<Node, ExprError> {
@@ -366,15 +375,21 @@ impl std::fmt::Debug for StripSpans<'_> {
     }
 }
 
-/// Counts calls by canonical form, to find those worth computing once.
-fn count_calls(e: &Expr, counts: &mut FxHashMap<String, usize>) {
-    if let ExprKind::Call(func, _) = &e.kind {
-        if *func != Func::Matches {
-            *counts.entry(canonical(e)).or_default() += 1;
-        }
+/// Counts calls and arithmetic/`??` chains by canonical form, to find those worth computing
+/// once per decision (`lower(content)`, `session.risk_override ?? risk_score`,
+/// `len(items) * 10 + items_in_cart`): a memo is computed at most once, and the rule index can
+/// read it like a field.
+fn count_shared(e: &Expr, counts: &mut FxHashMap<String, usize>) {
+    let counted = match &e.kind {
+        ExprKind::Call(func, _) => *func != Func::Matches,
+        ExprKind::Chain(..) => true,
+        _ => false,
+    };
+    if counted {
+        *counts.entry(canonical(e)).or_default() += 1;
     }
     for c in e.children() {
-        count_calls(c, counts);
+        count_shared(c, counts);
     }
 }
 

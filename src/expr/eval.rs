@@ -31,8 +31,9 @@ impl<'a> Ctx<'a> {
         Ctx { program, slots, memos, groups, arena }
     }
 
+    /// The value of memo `id`, computed on first use.
     #[inline(never)]
-    fn memo(&mut self, id: u32) -> EvalResult<'a> {
+    pub(crate) fn memo(&mut self, id: u32) -> EvalResult<'a> {
         if let Some(Some(v)) = self.memos.get(id as usize) {
             return *v;
         }
@@ -45,6 +46,13 @@ impl<'a> Ctx<'a> {
             *slot = Some(r);
         }
         r
+    }
+
+    /// Sets memo `id` as if it had been computed (the rule index tries representative values).
+    pub(crate) fn set_memo(&mut self, id: u32, value: EvalResult<'a>) {
+        if let Some(slot) = self.memos.get_mut(id as usize) {
+            *slot = Some(value);
+        }
     }
 
     fn pattern_hit(&mut self, group: u32, index: u32, subject: &'a str) -> bool {

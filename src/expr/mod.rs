@@ -25,6 +25,7 @@ pub mod ops;
 pub mod parser;
 pub(crate) mod program;
 pub(crate) mod reference;
+pub(crate) mod safety;
 pub(crate) mod value;
 
 use std::fmt;

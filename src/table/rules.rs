@@ -251,8 +251,8 @@ impl RuleEngine {
         self.schema.check(&slots, root)?;
         let mut cx = Ctx::with_slots(&self.program, &arena, slots);
         let mut decision = Decision { trace: explain.then(Vec::new), ..Decision::default() };
-        let candidates = self.index.select(&cx.slots);
-        candidates.for_each(&self.enabled, |r| {
+        let candidates = self.index.select(&mut cx);
+        self.index.for_each(&candidates, &self.enabled, |r| {
             decision.evaluated += 1;
             let outcome = eval::eval_condition(&self.program.exprs[r], &mut cx);
             self.record(&mut decision, r, outcome, root, &cx.slots);
