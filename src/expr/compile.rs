@@ -2,14 +2,15 @@
 
 use bumpalo::Bump;
 use memchr::memmem::Finder;
-use regex::{RegexBuilder, RegexSetBuilder};
+use regex::RegexBuilder;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::ast::{Expr, ExprKind, Span, Step};
 use super::eval::{self, Ctx};
-use super::ir::{AccessStep, ConstSet, Node, PathSeg, PatternGroup};
+use super::ir::{AccessStep, ConstSet, Node, PathSeg};
 use super::json;
 use super::ops::{BinOp, Func};
+use super::patterns::{PatternGroup, PatternTest};
 use super::program::Program;
 use super::value::Const;
 use super::ExprError;
@@ -396,8 +397,8 @@ fn count_shared(e: &Expr, counts: &mut FxHashMap<String, usize>) {
 /// Which pattern test a node is, keyed by its subject.
 fn pattern_of(node: &Node) -> Option<((u8, u32), String)> {
     let (operand, pattern) = match node {
-        Node::Regex { operand, regex, .. } => (operand, regex.as_str().to_string()),
-        Node::StrTest { operand, op: BinOp::Contains, needle, .. } => (operand, regex::escape(needle)),
+        Node::Regex { operand, regex, .. } => (operand, format!("re:{}", regex.as_str())),
+        Node::StrTest { operand, op: BinOp::Contains, needle, .. } => (operand, format!("in:{needle}")),
         _ => return None,
     };
     let subject = match **operand {
@@ -446,39 +447,49 @@ fn visit_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
     }
 }
 
-/// Groups the substring and regex tests of each subject into one `RegexSet`.
+/// Groups the substring and regex tests of each subject (a field, or a shared
+/// `lower(content)`) to be answered together: see [`super::patterns`].
 fn build_pattern_groups(program: &mut Program) {
-    let mut by_subject: FxHashMap<(u8, u32), Vec<String>> = FxHashMap::default();
+    type Tests = (Vec<String>, Vec<PatternTest>);
+    let mut by_subject: FxHashMap<(u8, u32), Tests> = FxHashMap::default();
+    let mut order: Vec<(u8, u32)> = Vec::new();
     let mut collect = |n: &mut Node| {
-        if let Some((subject, pattern)) = pattern_of(n) {
-            let list = by_subject.entry(subject).or_default();
-            if !list.contains(&pattern) {
-                list.push(pattern);
-            }
+        let Some((subject, key)) = pattern_of(n) else { return };
+        let (keys, tests) = by_subject.entry(subject).or_insert_with(|| {
+            order.push(subject);
+            (Vec::new(), Vec::new())
+        });
+        if keys.contains(&key) {
+            return;
         }
+        keys.push(key);
+        tests.push(match n {
+            Node::Regex { regex, .. } => PatternTest::Regex(regex.clone()),
+            Node::StrTest { finder, .. } => PatternTest::Substring(finder.clone()),
+            _ => return,
+        });
     };
     for n in program.exprs.iter_mut().chain(program.memos.iter_mut()) {
         visit_mut(n, &mut collect);
     }
-    let mut groups: FxHashMap<(u8, u32), (u32, Vec<String>)> = FxHashMap::default();
-    for (subject, patterns) in by_subject {
-        if patterns.len() < PATTERN_GROUP_MIN {
+    let mut groups: FxHashMap<(u8, u32), (u32, FxHashMap<String, u32>)> = FxHashMap::default();
+    for subject in order {
+        let Some((keys, tests)) = by_subject.remove(&subject) else { continue };
+        if keys.len() < PATTERN_GROUP_MIN {
             continue;
         }
-        let Ok(set) = RegexSetBuilder::new(&patterns).size_limit(64 << 20).dfa_size_limit(16 << 20).build() else {
-            continue; // too big to share: the tests stay individual
-        };
         let id = program.groups.len() as u32;
-        program.groups.push(PatternGroup { set });
-        groups.insert(subject, (id, patterns));
+        program.groups.push(PatternGroup::new(tests));
+        groups.insert(subject, (id, keys.into_iter().enumerate().map(|(i, k)| (k, i as u32)).collect()));
     }
     if groups.is_empty() {
         return;
     }
     let mut rewrite = |n: &mut Node| {
-        let Some((subject, pattern)) = pattern_of(n) else { return };
-        let Some((group, patterns)) = groups.get(&subject) else { return };
-        let Some(index) = patterns.iter().position(|p| *p == pattern) else { return };
+        let Some((subject, key)) = pattern_of(n) else { return };
+        let Some((group, index)) = groups.get(&subject).and_then(|(g, keys)| Some((*g, *keys.get(&key)?))) else {
+            return;
+        };
         let old = std::mem::replace(n, Node::Const(Const::Nil));
         let (operand, op) = match old {
             Node::Regex { operand, negate, .. } => (operand, if negate { BinOp::NotMatches } else { BinOp::Matches }),
@@ -488,7 +499,7 @@ fn build_pattern_groups(program: &mut Program) {
                 return;
             }
         };
-        *n = Node::PatternHit { operand, group: *group, index: index as u32, op };
+        *n = Node::PatternHit { operand, group, index, op };
     };
     for n in program.exprs.iter_mut().chain(program.memos.iter_mut()) {
         visit_mut(n, &mut rewrite);

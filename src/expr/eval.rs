@@ -4,6 +4,7 @@ use bumpalo::Bump;
 
 use super::ir::{AccessStep, Node};
 use super::ops::{self, BinOp, EvalError, EvalResult, UnOp};
+use super::patterns::GroupState;
 use super::program::{Program, SlotValue};
 use super::value::{Array, Value};
 
@@ -13,7 +14,7 @@ pub struct Ctx<'a> {
     /// the input's fields, by slot
     pub(crate) slots: Vec<SlotValue<'a>>,
     memos: Vec<Option<EvalResult<'a>>>,
-    groups: Vec<Option<regex::SetMatches>>,
+    groups: Vec<Option<GroupState>>,
     /// where computed strings and arrays live until the decision ends
     pub(crate) arena: &'a Bump,
 }
@@ -56,14 +57,16 @@ impl<'a> Ctx<'a> {
     }
 
     fn pattern_hit(&mut self, group: u32, index: u32, subject: &'a str) -> bool {
-        let g = group as usize;
-        if self.groups.get(g).is_some_and(Option::is_none) {
-            let program = self.program;
-            if let Some(pg) = program.groups.get(g) {
-                self.groups[g] = Some(pg.set.matches(subject));
-            }
-        }
-        self.groups.get(g).and_then(Option::as_ref).is_some_and(|m| m.matched(index as usize))
+        let program = self.program;
+        let (Some(pg), Some(state)) = (program.groups.get(group as usize), self.groups.get_mut(group as usize)) else {
+            return false;
+        };
+        let state = state.get_or_insert_with(|| {
+            let mut state = pg.state();
+            pg.scan(subject, &mut state);
+            state
+        });
+        pg.test(index as usize, subject, state)
     }
 }
 

@@ -23,6 +23,7 @@ pub(crate) mod json;
 pub mod lexer;
 pub mod ops;
 pub mod parser;
+pub(crate) mod patterns;
 pub(crate) mod program;
 pub(crate) mod reference;
 pub(crate) mod safety;

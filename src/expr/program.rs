@@ -8,8 +8,9 @@
 
 use rustc_hash::FxHashMap;
 
-use super::ir::{Node, PathSeg, PatternGroup};
+use super::ir::{Node, PathSeg};
 use super::ops::{self, EvalError};
+use super::patterns::PatternGroup;
 use super::value::Value;
 
 /// A slot's content: the field's value, or why reading the path failed
