@@ -289,3 +289,106 @@ proptest! {
         let _ = t.decide(text.as_bytes(), true);
     }
 }
+
+/// A table reading nested paths, array elements from both ends, whole arrays and objects, and
+/// a schema: what the scan of a body must read exactly as the full parse does.
+const SCAN_TABLE: &str = r#"{
+  "schema": {"n": "number", "o": "any", "o.k": "string", "a": "any", "s": "any", "o.p.q": "any", "o.x-y": "any", "s.t": "any", "b.c.d": "any", "b.f": "any"},
+  "rules": [
+    {"id": "nested", "condition": "o.k == \"v\" || o.p.q > 1", "action": {"r": 1}},
+    {"id": "elements", "condition": "a[0] == 1 || a[-1] == \"x\" || a[-2].k != nil", "action": {"r": 2}},
+    {"id": "whole", "condition": "len(a) > 3 || \"k\" in o || len(s) > 2", "action": {"r": 3}},
+    {"id": "numbers", "condition": "n > 9007199254740992 || n == 0.1 || n < -1e300", "action": {"r": 4}},
+    {"id": "strings", "condition": "s startsWith \"é\" || s contains \"\\n\" || o[\"x-y\"] == \"\\u0000\"", "action": {"r": 5}},
+    {"id": "type", "condition": "s.t == 1 || a.k == 1", "action": {"r": 6}},
+    {"id": "deep", "condition": "b.c.d == 1 || b.f == 2", "action": {"r": 7}}
+  ]
+}"#;
+
+/// JSON-like text: valid objects mostly, with the mistakes and corners that matter.
+fn body() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("1".to_string()),
+        Just("-0".to_string()),
+        Just("-0.0".to_string()),
+        Just("0.1".to_string()),
+        Just("1e400".to_string()),
+        Just("1E-400".to_string()),
+        Just("9007199254740993".to_string()),
+        Just("9223372036854775808".to_string()),
+        Just("-9223372036854775809".to_string()),
+        Just("123456789012345678901234567890".to_string()),
+        Just("01".to_string()),
+        Just("1.".to_string()),
+        Just("\"x\"".to_string()),
+        Just("\"é\\n\"".to_string()),
+        Just("\"\\u0000\\ud83d\\ude00\"".to_string()),
+        Just("\"\\ud800\"".to_string()),
+        Just("\"\\q\"".to_string()),
+        Just("\"a\tb\"".to_string()),
+        Just("true".to_string()),
+        Just("nul".to_string()),
+        Just("null".to_string()),
+        Just("[]".to_string()),
+        Just("{}".to_string()),
+        Just("[1, 2,]".to_string()),
+        Just("[[[[[[[[[[1]]]]]]]]]]".to_string()),
+        Just("{\"k\": \"v\", \"k\": [1]}".to_string()),
+        Just("{\"p\": {\"q\": 2}}".to_string()),
+        Just("{\"k\": \"v\"}, \"o\": {}".to_string()),
+        Just("{\"c\": {\"d\": 1}, \"f\": 2}, \"b\": {}".to_string()),
+        Just("{\"c\": {\"d\": 1}}".to_string()),
+        Just("[1, 2], \"a\": [{}]".to_string()),
+        Just("[{\"k\": 1}, \"x\"]".to_string()),
+    ];
+    let key = prop::sample::select(vec![
+        "\"a\"",
+        "\"b\"",
+        "\"o\"",
+        "\"n\"",
+        "\"s\"",
+        "\"z\"",
+        "\"x-y\"",
+        "\"\\u0061\"",
+        "\"k\"",
+    ]);
+    (
+        prop::collection::vec((key, piece), 0..6),
+        prop::sample::select(vec!["", " ", "\u{feff}", "\n"]),
+        prop::sample::select(vec!["", " ", "x", ",", "}"]),
+        0..5usize,
+    )
+        .prop_map(|(members, before, after, depth)| {
+            let inner: Vec<String> = members.into_iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let mut body = format!("{before}{{{}}}{after}", inner.join(", "));
+            for _ in 0..depth {
+                body = format!("{{\"o\": {body}}}");
+            }
+            body
+        })
+}
+
+proptest! {
+    #![proptest_config(Config { cases: cases() / 2, ..Config::default() })]
+
+    /// A body decided after the table-aware scan gets what the full parse gives it: the same
+    /// decision, or the same error (byte offset and message) when it is not valid JSON, not an
+    /// object, nested too deeply or refused by the schema.
+    #[test]
+    fn the_scan_reads_as_the_full_parse(text in body(), deep in 125..131usize) {
+        let table = Table::from_bytes(Path::new("scan.json"), SCAN_TABLE.as_bytes(), &Limits::default()).unwrap();
+        let nested = format!("{{\"z\": {}1{}}}", "[".repeat(deep), "]".repeat(deep));
+        for body in [text.as_str(), nested.as_str()] {
+            let fast = table.decide(body.as_bytes(), false);
+            let slow = table.decide_reference(body.as_bytes());
+            match (&fast, &slow) {
+                (Ok(f), Ok(s)) => {
+                    prop_assert_eq!(f.rule, s.rule, "{}", body);
+                    prop_assert_eq!(&f.warnings, &s.warnings, "{}", body);
+                }
+                (Err(f), Err(s)) => prop_assert_eq!(f, s, "{}", body),
+                _ => prop_assert!(false, "{:?} but the full parse gives {:?} for {}", fast, slow, body),
+            }
+        }
+    }
+}

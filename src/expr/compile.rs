@@ -60,11 +60,18 @@ struct Compiler<'p> {
 }
 
 impl Compiler<'_> {
+    /// The slot an expression reads `path` from.
     fn slot(&mut self, path: Vec<PathSeg>) -> u32 {
+        let id = self.slot_id(path);
+        self.program.mark_read(id);
+        id
+    }
+
+    fn slot_id(&mut self, path: Vec<PathSeg>) -> u32 {
         if let Some(id) = self.slot_ids.get(&path) {
             return *id;
         }
-        let root = if path.len() > 1 { Some(self.slot(path[..1].to_vec())) } else { None };
+        let root = if path.len() > 1 { Some(self.slot_id(path[..1].to_vec())) } else { None };
         let id = self.program.push_slot(path.clone(), root);
         self.slot_ids.insert(path, id);
         id

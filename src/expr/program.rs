@@ -32,6 +32,9 @@ pub struct Program {
     pub groups: Vec<PatternGroup>,
     /// the compiled expressions, in the order given
     pub exprs: Vec<Node>,
+    /// by slot: whether a decision reads it (an expression, the schema check or a template);
+    /// the others are only steps towards nested paths, or what an explanation shows
+    pub(crate) read: Vec<bool>,
 }
 
 /// Top-level keys → slots. Keys are bucketed by length: a lookup is a few
@@ -77,17 +80,36 @@ impl Program {
             (None, _) => {}
         }
         self.paths.push(path);
+        self.read.push(false);
         id
+    }
+
+    /// Marks `slot` as read by decisions.
+    pub(crate) fn mark_read(&mut self, slot: u32) {
+        if let Some(r) = self.read.get_mut(slot as usize) {
+            *r = true;
+        }
+    }
+
+    /// The slot of `path`, if the program has one.
+    pub(crate) fn find_slot(&self, path: &[PathSeg]) -> Option<u32> {
+        self.paths.iter().position(|p| p == path).map(|i| i as u32)
     }
 
     /// The slot that holds `path`, added when no expression reads it, so that
     /// the one pass of [`Program::fill_slots`] also reads it (the schema check
     /// reads declared fields this way). Load time only: a linear search.
     pub fn slot_for(&mut self, path: &[PathSeg]) -> u32 {
-        if let Some(i) = self.paths.iter().position(|p| p == path) {
-            return i as u32;
+        let slot = self.slot_of(path);
+        self.mark_read(slot);
+        slot
+    }
+
+    fn slot_of(&mut self, path: &[PathSeg]) -> u32 {
+        if let Some(i) = self.find_slot(path) {
+            return i;
         }
-        let root = if path.len() > 1 { Some(self.slot_for(&path[..1])) } else { None };
+        let root = if path.len() > 1 { Some(self.slot_of(&path[..1])) } else { None };
         self.push_slot(path.to_vec(), root)
     }
 

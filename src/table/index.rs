@@ -88,6 +88,8 @@ struct FieldIndex {
     source: Source,
     strings: FxHashMap<Box<str>, u32>,
     numbers: Vec<Const>,
+    /// the numbers as floats, when every one is exactly a float
+    floats: Option<Vec<f64>>,
     /// per atom: the row of `keep` to AND, if it is not all ones
     keep_rows: Vec<u32>,
     keep: Vec<u64>,
@@ -97,6 +99,8 @@ struct FieldIndex {
 }
 
 const NO_ROW: u32 = u32::MAX;
+/// Integers up to this magnitude are exactly floats.
+const EXACT: u64 = 1 << 53;
 
 /// The index of one table's rules.
 #[derive(Debug)]
@@ -111,7 +115,37 @@ pub struct RuleIndex {
 
 /// The rules an input leaves possible, as a bitset over columns.
 pub struct Candidates {
-    bits: Vec<u64>,
+    bits: Words,
+}
+
+/// A bitset's words: on the stack for tables of up to 512 columns.
+enum Words {
+    Inline([u64; 8], usize),
+    Heap(Vec<u64>),
+}
+
+impl Words {
+    fn filled(n: usize, v: u64) -> Words {
+        if n <= 8 {
+            Words::Inline([v; 8], n)
+        } else {
+            Words::Heap(vec![v; n])
+        }
+    }
+
+    fn get(&self) -> &[u64] {
+        match self {
+            Words::Inline(w, n) => &w[..*n],
+            Words::Heap(v) => v,
+        }
+    }
+
+    fn get_mut(&mut self) -> &mut [u64] {
+        match self {
+            Words::Inline(w, n) => &mut w[..*n],
+            Words::Heap(v) => v,
+        }
+    }
 }
 
 /// One conjunct of a column, with how its value counts.
@@ -364,26 +398,30 @@ impl RuleIndex {
     /// Looks up the input's atoms: the columns (hence rules) still possible. Shared
     /// sub-expressions the index reads are computed (once) into `cx`.
     pub fn select(&self, cx: &mut Ctx<'_>) -> Candidates {
-        let mut keep = vec![u64::MAX; self.words];
-        let mut extra = self.always.clone();
-        for f in &self.fields {
-            let atom = f.atom(cx);
-            let row = f.keep_rows.get(atom).copied().unwrap_or(NO_ROW);
-            if row != NO_ROW {
-                let start = row as usize * self.words;
-                if let Some(bits) = f.keep.get(start..start + self.words) {
-                    keep.iter_mut().zip(bits).for_each(|(k, b)| *k &= b);
+        let mut keep = Words::filled(self.words, u64::MAX);
+        let mut extra = Words::filled(self.words, 0);
+        extra.get_mut().copy_from_slice(&self.always);
+        {
+            let (keep, extra) = (keep.get_mut(), extra.get_mut());
+            for f in &self.fields {
+                let atom = f.atom(cx);
+                let row = f.keep_rows.get(atom).copied().unwrap_or(NO_ROW);
+                if row != NO_ROW {
+                    let start = row as usize * self.words;
+                    if let Some(bits) = f.keep.get(start..start + self.words) {
+                        keep.iter_mut().zip(bits).for_each(|(k, b)| *k &= b);
+                    }
+                }
+                let row = f.unsafe_rows.get(atom).copied().unwrap_or(NO_ROW);
+                if row != NO_ROW {
+                    let start = row as usize * self.words;
+                    if let Some(bits) = f.unsafe_bits.get(start..start + self.words) {
+                        extra.iter_mut().zip(bits).for_each(|(e, b)| *e |= b);
+                    }
                 }
             }
-            let row = f.unsafe_rows.get(atom).copied().unwrap_or(NO_ROW);
-            if row != NO_ROW {
-                let start = row as usize * self.words;
-                if let Some(bits) = f.unsafe_bits.get(start..start + self.words) {
-                    extra.iter_mut().zip(bits).for_each(|(e, b)| *e |= b);
-                }
-            }
+            keep.iter_mut().zip(extra.iter()).for_each(|(k, e)| *k |= e);
         }
-        keep.iter_mut().zip(&extra).for_each(|(k, e)| *k |= e);
         Candidates { bits: keep }
     }
 
@@ -391,7 +429,7 @@ impl RuleIndex {
     /// `enabled`, until it returns `true`.
     pub fn for_each(&self, candidates: &Candidates, enabled: &[u64], mut visit: impl FnMut(usize) -> bool) {
         let mut last = usize::MAX;
-        for (w, &word) in candidates.bits.iter().enumerate() {
+        for (w, &word) in candidates.bits.get().iter().enumerate() {
             let mut bits = word;
             while bits != 0 {
                 let c = w * 64 + bits.trailing_zeros() as usize;
@@ -656,9 +694,19 @@ fn build_field(
     }
     let strings = table.strings.iter().enumerate().map(|(i, s)| (Box::<str>::from(*s), (FIXED + i) as u32)).collect();
     debug_assert!(matches!(src, Source::Test(..)) || table.number_base == FIXED + table.strings.len());
+    let floats = table
+        .numbers
+        .iter()
+        .map(|c| match c {
+            Const::Float(f) => Some(*f),
+            Const::Int(i) if i.unsigned_abs() <= EXACT => Some(*i as f64),
+            _ => None,
+        })
+        .collect();
     Some(FieldIndex {
         source: src.clone(),
         strings,
+        floats,
         numbers: table.numbers.clone(),
         keep_rows,
         keep: keep_out,
@@ -702,8 +750,17 @@ impl FieldIndex {
             Ok(Value::Array(_)) => ARRAY,
             Ok(Value::Object(_)) => OBJECT,
             Ok(n @ (Value::Int(_) | Value::Float(_))) => {
-                if matches!(n, Value::Float(f) if f.is_nan()) {
-                    return NAN;
+                let x = match n {
+                    Value::Float(f) if f.is_nan() => return NAN,
+                    Value::Float(f) => Some(f),
+                    Value::Int(i) if i.unsigned_abs() <= EXACT => Some(i as f64),
+                    _ => None,
+                };
+                // floats compare exactly: when the literals are exact floats too, compare as floats
+                if let (Some(x), Some(floats)) = (x, &self.floats) {
+                    let p = floats.partition_point(|t| *t < x);
+                    let exact = floats.get(p).is_some_and(|t| *t == x);
+                    return FIXED + self.strings.len() + 2 * p + usize::from(exact);
                 }
                 let p = self
                     .numbers

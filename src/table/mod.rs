@@ -163,9 +163,9 @@ pub enum Engine {
 }
 
 impl Engine {
-    fn decide(&self, root: &Value<'_>, explain: bool) -> Result<Decision, InputError> {
+    fn decide_body(&self, body: &[u8], explain: bool, max_depth: usize) -> Result<Decision, InputError> {
         match self {
-            Engine::Rules(e) => e.decide(root, explain),
+            Engine::Rules(e) => e.decide_body(body, explain, max_depth),
         }
     }
 
@@ -344,7 +344,7 @@ impl Table {
     /// Decides one JSON body: parsed once, checked against the table's schema
     /// (when it has one), then evaluated.
     pub fn decide(&self, body: &[u8], explain: bool) -> Result<Decision, InputError> {
-        input::with_parsed(body, self.limits.max_input_depth, |root| self.engine.decide(&root, explain))?
+        self.engine.decide_body(body, explain, self.limits.max_input_depth)
     }
 
     /// Decides one JSON body with the reference evaluator (for tests and checks).

@@ -2,6 +2,8 @@
 //! nesting limit and BOM tolerance of SPEC §10–§11, the request-time schema
 //! check of SPEC §3, and parse errors in plain words.
 
+pub(crate) mod scan;
+
 use std::cell::RefCell;
 use std::fmt;
 
@@ -128,6 +130,13 @@ impl SchemaCheck {
             }
         }
         Ok(())
+    }
+
+    /// Whether every declared field in `slots` has its declared type (the check without the
+    /// message: a body that fails it gets its error from [`SchemaCheck::check`]).
+    #[inline]
+    pub fn passes(&self, slots: &[SlotValue<'_>]) -> bool {
+        self.fields.iter().all(|f| matches!(slots.get(f.slot as usize), Some(Ok(v)) if f.declared.admits(v)))
     }
 
     /// The same check without slots: each declared path walked from the root
