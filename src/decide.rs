@@ -190,7 +190,7 @@ pub fn decide_batch(
 
 /// `{"error": {"code", "message"}, "line": N}`: a batch line that got no decision.
 pub fn write_line_error(code: &str, message: &str, line: usize, out: &mut String) {
-    use crate::expr::value::write_json_string;
+    use crate::expr::json::write_json_string;
     out.push_str("{\"error\":{\"code\":");
     write_json_string(code, out);
     out.push_str(",\"message\":");

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::SystemTime;
 
-use crate::expr::value::write_json_string;
+use crate::expr::json::write_json_string;
 
 /// Line format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -244,11 +244,12 @@ fn decide_explain_without_match_lists_only_failures() {
     let table = write(
         dir.path(),
         "t.json",
-        // `n + 0` keeps the rule index from ruling the rules out, so both are tried.
-        r#"[{"id": "big", "condition": "n + 0 > 5", "action": {"a": 1}},
-            {"id": "small", "condition": "n + 0 < 0", "action": {"a": 2}}]"#,
+        // `n + k` (two fields, in one rule each) keeps the rule index from ruling the rules
+        // out, so both are tried.
+        r#"[{"id": "big", "condition": "n + k > 5", "action": {"a": 1}},
+            {"id": "small", "condition": "k + n < 0", "action": {"a": 2}}]"#,
     );
-    let o = clef(&["decide", s(&table), "-", "--explain"], Some(br#"{"n": 3}"#));
+    let o = clef(&["decide", s(&table), "-", "--explain"], Some(br#"{"n": 3, "k": 0}"#));
     assert_eq!(code(&o), 0, "{}", describe(&o));
     let d = one_object(&o);
     assert_decision_shape(&d, &table, "t");
@@ -262,12 +263,13 @@ fn decide_explain_without_match_lists_only_failures() {
 #[test]
 fn decide_explain_reason_quotes_a_whole_sub_expression() {
     // A false sub-expression that starts with a parenthesis is quoted whole:
-    // `(n ?? 0) > 5`, not `n ?? 0) > 5`.
+    // `(n ?? m) > 5`, not `n ?? m) > 5`. (`n ?? m` reads two fields: the index cannot rule
+    // the rule out, so it is tried.)
     let dir = tempfile::tempdir().unwrap();
     let table = write(
         dir.path(),
         "t.json",
-        r#"[{"id": "a", "condition": "(n ?? 0) > 5 && flag == true", "action": {}},
+        r#"[{"id": "a", "condition": "(n ?? m) > 5 && flag == true", "action": {}},
             {"id": "b", "condition": "true", "action": {"x": 1}}]"#,
     );
     let o = clef(&["decide", s(&table), "--explain"], Some(br#"{"n": 1, "flag": true}"#));
@@ -279,7 +281,7 @@ fn decide_explain_reason_quotes_a_whole_sub_expression() {
     let opens = reason.matches('(').count();
     let closes = reason.matches(')').count();
     assert_eq!(opens, closes, "unbalanced sub-expression in the trace reason: {reason}");
-    assert!(reason.contains("(n ?? 0) > 5"), "{reason}");
+    assert!(reason.contains("(n ?? m) > 5"), "{reason}");
 }
 
 #[test]

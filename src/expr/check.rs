@@ -170,7 +170,7 @@ impl Schema {
 }
 
 /// `a string`, `an integer`: a type name as a message reads it.
-pub fn with_article(name: &str) -> String {
+pub(crate) fn with_article(name: &str) -> String {
     let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
     format!("{article} {name}")
 }
@@ -218,13 +218,13 @@ fn candidates<'a>(a: &'a Abstract) -> Vec<Value<'a>> {
 }
 
 /// Checks `expr` against the parameters and schema of `env`; returns its possible types.
-pub fn check_expr(expr: &Expr, env: &Env) -> Result<TypeSet, ExprError> {
+pub(crate) fn check_expr(expr: &Expr, env: &Env) -> Result<TypeSet, ExprError> {
     let checker = Checker { env };
     checker.check(expr).map(|a| a.types)
 }
 
 /// Checks a rule condition: it must be able to produce a bool.
-pub fn check_condition(expr: &Expr, env: &Env) -> Result<(), ExprError> {
+pub(crate) fn check_condition(expr: &Expr, env: &Env) -> Result<(), ExprError> {
     let types = check_expr(expr, env)?;
     if !types.has(Type::Bool) {
         let got: Vec<&str> = types.types().map(Type::name).collect();
@@ -283,7 +283,7 @@ impl Checker<'_> {
                         })?
                         .map_types(|_| TypeSet::of(Type::Bool))
                     }
-                    _ => self.combine(e.span, &[&a, &b], |v, arena| binary(*op, &v[0], &v[1], arena))?,
+                    _ => self.combine(e.span, &[&a, &b], |v, _| ops::compare_values(*op, &v[0], &v[1]))?,
                 }
             }
             ExprKind::Chain(first, rest) => {
@@ -545,20 +545,6 @@ fn is_value_error(e: &EvalError) -> bool {
     )
 }
 
-/// Comparison-level operators other than the regex ones.
-fn binary<'a>(op: BinOp, a: &Value<'a>, b: &Value<'a>, arena: &'a Bump) -> Result<Value<'a>, EvalError> {
-    let _ = arena;
-    match op {
-        BinOp::Eq => Ok(Value::Bool(ops::equals(a, b))),
-        BinOp::Ne => Ok(Value::Bool(!ops::equals(a, b))),
-        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => ops::compare(op, a, b).map(Value::Bool),
-        BinOp::In => ops::contains_member(a, b).map(Value::Bool),
-        BinOp::NotIn => ops::contains_member(a, b).map(|x| Value::Bool(!x)),
-        BinOp::Contains | BinOp::StartsWith | BinOp::EndsWith => ops::string_test(op, a, b).map(Value::Bool),
-        _ => Err(EvalError::Operands { op: op.symbol(), left: a.type_of(), right: b.type_of() }),
-    }
-}
-
 /// The pattern of `matches` / `~` / `!~` must be a string literal.
 fn regex_literal(pattern: &Abstract, span: Span) -> Result<(), ExprError> {
     match &pattern.value {
@@ -567,9 +553,7 @@ fn regex_literal(pattern: &Abstract, span: Span) -> Result<(), ExprError> {
             Err(e) => {
                 let text = e.to_string();
                 let detail = text.lines().last().unwrap_or("").trim_start_matches("error: ").to_string();
-                let mut quoted = String::new();
-                super::value::write_json_string(p, &mut quoted);
-                Err(ExprError::new(span, format!("invalid regex {quoted}: {detail}")))
+                Err(ExprError::new(span, format!("invalid regex {}: {detail}", super::json::quote(p))))
             }
         },
         _ => Err(ExprError::new(

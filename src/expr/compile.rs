@@ -2,14 +2,17 @@
 
 use bumpalo::Bump;
 use memchr::memmem::Finder;
-use regex::{RegexBuilder, RegexSetBuilder};
+use regex::RegexBuilder;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::ast::{Expr, ExprKind, Span, Step};
 use super::eval::{self, Ctx};
-use super::ir::{AccessStep, ConstSet, Node, PathSeg, PatternGroup};
+use super::ir::{AccessStep, ConstSet, Node, PathSeg};
+use super::json;
 use super::ops::{BinOp, Func};
-use super::value::{Const, Value};
+use super::patterns::{PatternGroup, PatternTest};
+use super::program::Program;
+use super::value::Const;
 use super::ExprError;
 
 /// Lists of literals longer than this are hashed for `in`.
@@ -18,23 +21,6 @@ const HASHED_SET_MIN: usize = 12;
 const PATTERN_GROUP_MIN: usize = 4;
 /// Default cap on one regex's compiled size (bytes), as the regex crate counts it.
 pub const DEFAULT_REGEX_SIZE_LIMIT: usize = 1 << 20;
-
-/// The compiled conditions of one table, sharing slots, memos and pattern groups.
-#[derive(Debug, Default)]
-pub struct Program {
-    /// every input path read, by slot number
-    pub paths: Vec<Vec<PathSeg>>,
-    /// top-level key → slot of the one-segment path
-    pub roots: KeyTable,
-    /// slots with more than one segment: (slot, slot of the first segment)
-    pub nested: Vec<(u32, u32)>,
-    /// shared sub-expressions
-    pub memos: Vec<Node>,
-    /// shared pattern passes
-    pub groups: Vec<PatternGroup>,
-    /// the compiled expressions, in the order given
-    pub exprs: Vec<Node>,
-}
 
 /// Compiles `exprs` (already checked) into one program. On error, returns
 /// the index of the failing expression with its error.
@@ -45,7 +31,7 @@ pub fn compile_program(
 ) -> Result<Program, (usize, ExprError)> {
     let mut counts: FxHashMap<String, usize> = FxHashMap::default();
     for e in exprs {
-        count_calls(e, &mut counts);
+        count_shared(e, &mut counts);
     }
     let mut c = Compiler {
         program: Program::default(),
@@ -74,11 +60,18 @@ struct Compiler<'p> {
 }
 
 impl Compiler<'_> {
+    /// The slot an expression reads `path` from.
     fn slot(&mut self, path: Vec<PathSeg>) -> u32 {
+        let id = self.slot_id(path);
+        self.program.mark_read(id);
+        id
+    }
+
+    fn slot_id(&mut self, path: Vec<PathSeg>) -> u32 {
         if let Some(id) = self.slot_ids.get(&path) {
             return *id;
         }
-        let root = if path.len() > 1 { Some(self.slot(path[..1].to_vec())) } else { None };
+        let root = if path.len() > 1 { Some(self.slot_id(path[..1].to_vec())) } else { None };
         let id = self.program.push_slot(path.clone(), root);
         self.slot_ids.insert(path, id);
         id
@@ -124,6 +117,10 @@ impl Compiler<'_> {
             }
             ExprKind::Binary(op, l, r) => return self.binary(*op, l, r, e.span),
             ExprKind::Chain(first, rest) => {
+                let key = canonical(e);
+                if let Some(id) = self.memo_ids.get(&key) {
+                    return Ok(Node::Memo(*id));
+                }
                 let first = self.compile(first)?;
                 let mut items = Vec::new();
                 for (op, item) in rest {
@@ -131,7 +128,7 @@ impl Compiler<'_> {
                 }
                 let constant = is_const(&first) && items.iter().all(|(_, n)| is_const(n));
                 let node = Node::Chain(Box::new(first), items);
-                return if constant { self.fold(node, e.span) } else { Ok(node) };
+                return if constant { self.fold(node, e.span) } else { Ok(self.share(key, node)) };
             }
             ExprKind::Power(items) => {
                 let nodes = self.compile_all(items)?;
@@ -220,7 +217,7 @@ impl Compiler<'_> {
                 regex::Error::CompiledTooBig(n) => format!("it compiles to more than {n} bytes"),
                 other => other.to_string(),
             };
-            ExprError::new(pattern.span, format!("invalid regex {}: {detail}", quote(p)))
+            ExprError::new(pattern.span, format!("invalid regex {}: {detail}", json::quote(p)))
         })
     }
 
@@ -249,13 +246,18 @@ impl Compiler<'_> {
             (_, Ok(pair)) => Node::Call(func, pair.into()),
             (_, Err(nodes)) => Node::Call(func, nodes),
         };
-        if self.shared.contains(&key) {
-            let id = self.program.memos.len() as u32;
-            self.program.memos.push(node);
-            self.memo_ids.insert(key, id);
-            return Ok(Node::Memo(id));
+        Ok(self.share(key, node))
+    }
+
+    /// `node` as a memo when other conditions compute it too (`key` is its canonical form).
+    fn share(&mut self, key: String, node: Node) -> Node {
+        if !self.shared.contains(&key) {
+            return node;
         }
-        Ok(node)
+        let id = self.program.memos.len() as u32;
+        self.program.memos.push(node);
+        self.memo_ids.insert(key, id);
+        Node::Memo(id)
     }
 
     fn binary(&mut self, op: BinOp, l: &Expr, r: &Expr, span: Span) -> Result<Node, ExprError> {
@@ -306,12 +308,6 @@ impl Compiler<'_> {
 fn str_test(op: BinOp, operand: Node, needle: Box<str>) -> Node {
     let finder = Box::new(Finder::new(needle.as_bytes()).into_owned());
     Node::StrTest { operand: Box::new(operand), op, needle, finder }
-}
-
-fn quote(s: &str) -> String {
-    let mut out = String::new();
-    super::value::write_json_string(s, &mut out);
-    out
 }
 
 fn is_const(n: &Node) -> bool {
@@ -387,23 +383,29 @@ impl std::fmt::Debug for StripSpans<'_> {
     }
 }
 
-/// Counts calls by canonical form, to find those worth computing once.
-fn count_calls(e: &Expr, counts: &mut FxHashMap<String, usize>) {
-    if let ExprKind::Call(func, _) = &e.kind {
-        if *func != Func::Matches {
-            *counts.entry(canonical(e)).or_default() += 1;
-        }
+/// Counts calls and arithmetic/`??` chains by canonical form, to find those worth computing
+/// once per decision (`lower(content)`, `session.risk_override ?? risk_score`,
+/// `len(items) * 10 + items_in_cart`): a memo is computed at most once, and the rule index can
+/// read it like a field.
+fn count_shared(e: &Expr, counts: &mut FxHashMap<String, usize>) {
+    let counted = match &e.kind {
+        ExprKind::Call(func, _) => *func != Func::Matches,
+        ExprKind::Chain(..) => true,
+        _ => false,
+    };
+    if counted {
+        *counts.entry(canonical(e)).or_default() += 1;
     }
     for c in e.children() {
-        count_calls(c, counts);
+        count_shared(c, counts);
     }
 }
 
 /// Which pattern test a node is, keyed by its subject.
 fn pattern_of(node: &Node) -> Option<((u8, u32), String)> {
     let (operand, pattern) = match node {
-        Node::Regex { operand, regex, .. } => (operand, regex.as_str().to_string()),
-        Node::StrTest { operand, op: BinOp::Contains, needle, .. } => (operand, regex::escape(needle)),
+        Node::Regex { operand, regex, .. } => (operand, format!("re:{}", regex.as_str())),
+        Node::StrTest { operand, op: BinOp::Contains, needle, .. } => (operand, format!("in:{needle}")),
         _ => return None,
     };
     let subject = match **operand {
@@ -452,39 +454,49 @@ fn visit_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
     }
 }
 
-/// Groups the substring and regex tests of each subject into one `RegexSet`.
+/// Groups the substring and regex tests of each subject (a field, or a shared
+/// `lower(content)`) to be answered together: see [`super::patterns`].
 fn build_pattern_groups(program: &mut Program) {
-    let mut by_subject: FxHashMap<(u8, u32), Vec<String>> = FxHashMap::default();
+    type Tests = (Vec<String>, Vec<PatternTest>);
+    let mut by_subject: FxHashMap<(u8, u32), Tests> = FxHashMap::default();
+    let mut order: Vec<(u8, u32)> = Vec::new();
     let mut collect = |n: &mut Node| {
-        if let Some((subject, pattern)) = pattern_of(n) {
-            let list = by_subject.entry(subject).or_default();
-            if !list.contains(&pattern) {
-                list.push(pattern);
-            }
+        let Some((subject, key)) = pattern_of(n) else { return };
+        let (keys, tests) = by_subject.entry(subject).or_insert_with(|| {
+            order.push(subject);
+            (Vec::new(), Vec::new())
+        });
+        if keys.contains(&key) {
+            return;
         }
+        keys.push(key);
+        tests.push(match n {
+            Node::Regex { regex, .. } => PatternTest::Regex(regex.clone()),
+            Node::StrTest { finder, .. } => PatternTest::Substring(finder.clone()),
+            _ => return,
+        });
     };
     for n in program.exprs.iter_mut().chain(program.memos.iter_mut()) {
         visit_mut(n, &mut collect);
     }
-    let mut groups: FxHashMap<(u8, u32), (u32, Vec<String>)> = FxHashMap::default();
-    for (subject, patterns) in by_subject {
-        if patterns.len() < PATTERN_GROUP_MIN {
+    let mut groups: FxHashMap<(u8, u32), (u32, FxHashMap<String, u32>)> = FxHashMap::default();
+    for subject in order {
+        let Some((keys, tests)) = by_subject.remove(&subject) else { continue };
+        if keys.len() < PATTERN_GROUP_MIN {
             continue;
         }
-        let Ok(set) = RegexSetBuilder::new(&patterns).size_limit(64 << 20).dfa_size_limit(16 << 20).build() else {
-            continue; // too big to share: the tests stay individual
-        };
         let id = program.groups.len() as u32;
-        program.groups.push(PatternGroup { set });
-        groups.insert(subject, (id, patterns));
+        program.groups.push(PatternGroup::new(tests));
+        groups.insert(subject, (id, keys.into_iter().enumerate().map(|(i, k)| (k, i as u32)).collect()));
     }
     if groups.is_empty() {
         return;
     }
     let mut rewrite = |n: &mut Node| {
-        let Some((subject, pattern)) = pattern_of(n) else { return };
-        let Some((group, patterns)) = groups.get(&subject) else { return };
-        let Some(index) = patterns.iter().position(|p| *p == pattern) else { return };
+        let Some((subject, key)) = pattern_of(n) else { return };
+        let Some((group, index)) = groups.get(&subject).and_then(|(g, keys)| Some((*g, *keys.get(&key)?))) else {
+            return;
+        };
         let old = std::mem::replace(n, Node::Const(Const::Nil));
         let (operand, op) = match old {
             Node::Regex { operand, negate, .. } => (operand, if negate { BinOp::NotMatches } else { BinOp::Matches }),
@@ -494,98 +506,9 @@ fn build_pattern_groups(program: &mut Program) {
                 return;
             }
         };
-        *n = Node::PatternHit { operand, group: *group, index: index as u32, op };
+        *n = Node::PatternHit { operand, group, index, op };
     };
     for n in program.exprs.iter_mut().chain(program.memos.iter_mut()) {
         visit_mut(n, &mut rewrite);
     }
-}
-
-/// Top-level keys → slots. Keys are bucketed by length: a lookup is a few
-/// short compares, cheaper than hashing every key of every request.
-#[derive(Debug, Default)]
-pub struct KeyTable {
-    by_len: Vec<Vec<(Box<str>, u32)>>,
-    long: FxHashMap<Box<str>, u32>,
-}
-
-const SHORT_KEY: usize = 48;
-
-impl KeyTable {
-    fn insert(&mut self, key: Box<str>, slot: u32) {
-        if key.len() < SHORT_KEY {
-            if self.by_len.len() <= key.len() {
-                self.by_len.resize_with(key.len() + 1, Vec::new);
-            }
-            self.by_len[key.len()].push((key, slot));
-        } else {
-            self.long.insert(key, slot);
-        }
-    }
-
-    /// The slot of a top-level key.
-    #[inline]
-    pub fn get(&self, key: &str) -> Option<u32> {
-        if key.len() < SHORT_KEY {
-            self.by_len.get(key.len())?.iter().find(|(k, _)| **k == *key).map(|(_, s)| *s)
-        } else {
-            self.long.get(key).copied()
-        }
-    }
-}
-
-impl Program {
-    /// Adds a slot for `path`; `root` is the slot of its first segment when it has several.
-    fn push_slot(&mut self, path: Vec<PathSeg>, root: Option<u32>) -> u32 {
-        let id = self.paths.len() as u32;
-        match (root, path.first()) {
-            (Some(r), _) => self.nested.push((id, r)),
-            (None, Some(PathSeg::Key(k))) => self.roots.insert(k.clone(), id),
-            (None, _) => {}
-        }
-        self.paths.push(path);
-        id
-    }
-
-    /// The slot that holds `path`, added when no expression reads it, so that
-    /// the one pass of [`Program::fill_slots`] also reads it (the schema check
-    /// reads declared fields this way). Load time only: a linear search.
-    pub fn slot_for(&mut self, path: &[PathSeg]) -> u32 {
-        if let Some(i) = self.paths.iter().position(|p| p == path) {
-            return i as u32;
-        }
-        let root = if path.len() > 1 { Some(self.slot_for(&path[..1])) } else { None };
-        self.push_slot(path.to_vec(), root)
-    }
-
-    /// Reads the input's fields into slots.
-    pub fn fill_slots<'a>(&'a self, root: &Value<'a>) -> Vec<eval::SlotValue<'a>> {
-        let mut slots: Vec<eval::SlotValue<'a>> = vec![Ok(Value::Nil); self.paths.len()];
-        if let Value::Object(o) = root {
-            for (k, v) in o.iter() {
-                if let Some(s) = self.roots.get(k) {
-                    slots[s as usize] = Ok(v);
-                }
-            }
-        }
-        for &(slot, root_slot) in &self.nested {
-            let start = slots[root_slot as usize];
-            slots[slot as usize] = start.and_then(|v| descend(v, &self.paths[slot as usize][1..]));
-        }
-        slots
-    }
-}
-
-/// Follows path segments from `v` with the language's member/index rules.
-pub fn descend<'a>(mut v: Value<'a>, segs: &[PathSeg]) -> Result<Value<'a>, super::ops::EvalError> {
-    for seg in segs {
-        v = match seg {
-            PathSeg::Key(k) => match v {
-                Value::Array(_) => super::ops::index(&v, &Value::Str(k))?,
-                _ => super::ops::member(&v, k)?,
-            },
-            PathSeg::Index(i) => super::ops::index(&v, &Value::Int(*i))?,
-        };
-    }
-    Ok(v)
 }

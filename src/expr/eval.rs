@@ -1,30 +1,27 @@
-//! The optimized evaluator: runs compiled [`Node`]s against one decision's slots.
+//! The optimized evaluator: runs compiled `Node`s against one decision's slots.
 
 use bumpalo::Bump;
 
-use super::compile::Program;
 use super::ir::{AccessStep, Node};
 use super::ops::{self, BinOp, EvalError, EvalResult, UnOp};
+use super::patterns::GroupState;
+use super::program::{Program, SlotValue};
 use super::value::{Array, Value};
-
-/// A slot's content: the field's value, or why reading the path failed
-/// (e.g. `x.y` where `x` is a number).
-pub type SlotValue<'a> = Result<Value<'a>, EvalError>;
 
 /// Everything one decision's evaluation needs; cheap to create.
 pub struct Ctx<'a> {
     program: &'a Program,
     /// the input's fields, by slot
-    pub slots: Vec<SlotValue<'a>>,
+    pub(crate) slots: Vec<SlotValue<'a>>,
     memos: Vec<Option<EvalResult<'a>>>,
-    groups: Vec<Option<regex::SetMatches>>,
+    groups: Vec<Option<GroupState>>,
     /// where computed strings and arrays live until the decision ends
-    pub arena: &'a Bump,
+    pub(crate) arena: &'a Bump,
 }
 
 impl<'a> Ctx<'a> {
     /// A context with every slot nil (used for folding constants).
-    pub fn new(program: &'a Program, arena: &'a Bump) -> Ctx<'a> {
+    pub(crate) fn new(program: &'a Program, arena: &'a Bump) -> Ctx<'a> {
         Ctx::with_slots(program, arena, vec![Ok(Value::Nil); program.paths.len()])
     }
 
@@ -35,8 +32,9 @@ impl<'a> Ctx<'a> {
         Ctx { program, slots, memos, groups, arena }
     }
 
+    /// The value of memo `id`, computed on first use.
     #[inline(never)]
-    fn memo(&mut self, id: u32) -> EvalResult<'a> {
+    pub(crate) fn memo(&mut self, id: u32) -> EvalResult<'a> {
         if let Some(Some(v)) = self.memos.get(id as usize) {
             return *v;
         }
@@ -51,15 +49,24 @@ impl<'a> Ctx<'a> {
         r
     }
 
-    fn pattern_hit(&mut self, group: u32, index: u32, subject: &'a str) -> bool {
-        let g = group as usize;
-        if self.groups.get(g).is_some_and(Option::is_none) {
-            let program = self.program;
-            if let Some(pg) = program.groups.get(g) {
-                self.groups[g] = Some(pg.set.matches(subject));
-            }
+    /// Sets memo `id` as if it had been computed (the rule index tries representative values).
+    pub(crate) fn set_memo(&mut self, id: u32, value: EvalResult<'a>) {
+        if let Some(slot) = self.memos.get_mut(id as usize) {
+            *slot = Some(value);
         }
-        self.groups.get(g).and_then(Option::as_ref).is_some_and(|m| m.matched(index as usize))
+    }
+
+    fn pattern_hit(&mut self, group: u32, index: u32, subject: &'a str) -> bool {
+        let program = self.program;
+        let (Some(pg), Some(state)) = (program.groups.get(group as usize), self.groups.get_mut(group as usize)) else {
+            return false;
+        };
+        let state = state.get_or_insert_with(|| {
+            let mut state = pg.state();
+            pg.scan(subject, &mut state);
+            state
+        });
+        pg.test(index as usize, subject, state)
     }
 }
 
@@ -179,7 +186,7 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
 }
 
 /// Evaluates a node. Never panics; failures are [`EvalError`]s.
-pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
+pub(crate) fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
     match node {
         Node::Const(c) => Ok(Value::from_const(c)),
         Node::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
@@ -191,7 +198,7 @@ pub fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
         Node::Compare(op, a, b) => {
             let x = eval(a, cx)?;
             let y = eval(b, cx)?;
-            compare_values(*op, &x, &y)
+            ops::compare_values(*op, &x, &y)
         }
         Node::Chain(first, rest) => {
             let mut acc = eval(first, cx)?;
@@ -263,20 +270,6 @@ fn call<'a>(func: ops::Func, args: &'a [Node], cx: &mut Ctx<'a>) -> EvalResult<'
         values.push(operand(a, cx)?);
     }
     ops::call(func, values.as_slice(), cx.arena)
-}
-
-/// Comparison-level operators on two computed values.
-pub fn compare_values<'a>(op: BinOp, x: &Value<'a>, y: &Value<'a>) -> EvalResult<'a> {
-    let b = match op {
-        BinOp::Eq => ops::equals(x, y),
-        BinOp::Ne => !ops::equals(x, y),
-        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => ops::compare(op, x, y)?,
-        BinOp::In => ops::contains_member(x, y)?,
-        BinOp::NotIn => !ops::contains_member(x, y)?,
-        BinOp::Contains | BinOp::StartsWith | BinOp::EndsWith => ops::string_test(op, x, y)?,
-        _ => return Err(EvalError::Operands { op: op.symbol(), left: x.type_of(), right: y.type_of() }),
-    };
-    Ok(Value::Bool(b))
 }
 
 /// Function arguments without a heap allocation for the common short lists.

@@ -7,7 +7,7 @@
 //! single pass over it ("pattern groups").
 
 use memchr::memmem::Finder;
-use regex::{Regex, RegexSet};
+use regex::Regex;
 use rustc_hash::FxHashSet;
 
 use super::ops::{BinOp, Func, UnOp};
@@ -129,11 +129,4 @@ pub struct ConstSet {
     pub items: Vec<Const>,
     /// string items, hashed (only for long lists)
     pub strings: Option<FxHashSet<Box<str>>>,
-}
-
-/// The tests of one subject answered by one pass of a `RegexSet`.
-#[derive(Debug)]
-pub struct PatternGroup {
-    /// all patterns, literal substrings escaped
-    pub set: RegexSet,
 }

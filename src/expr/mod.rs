@@ -1,20 +1,33 @@
-//! The expression language of conditions (SPEC §3): lexer, parser, load-time
-//! checks, compiler, evaluators and diagnostics.
+//! The expression language of conditions: lexer, parser, load-time checks,
+//! compiler, evaluators and diagnostics.
 //!
 //! A condition goes `text → tokens → Expr (positions) → check → Node (slots,
 //! folded constants, sets, finders, regexes) → eval`. Everything before
 //! `eval` runs once when a table loads.
+//!
+//! The modules read one way, as data, a builder and runners:
+//! - [`ops`]: what every operator and function means; both evaluators call it;
+//! - `ast` (syntax, with positions), `ir` (compiled nodes) and `program` (the compiled table:
+//!   slots, memos, pattern groups, and the pass that reads an input into slots) are data;
+//! - `compile` builds a `Program` from checked syntax trees;
+//! - [`eval`] runs a `Program` (it never imports the compiler); `reference` walks the syntax
+//!   tree with no slots, folding or index: the test oracle, not used to answer requests;
+//! - `json` writes JSON text, for every part of clef that does.
 
-pub mod ast;
+pub(crate) mod ast;
 pub mod check;
-pub mod compile;
+pub(crate) mod compile;
 pub mod eval;
-pub mod ir;
+pub(crate) mod ir;
+pub(crate) mod json;
 pub mod lexer;
 pub mod ops;
 pub mod parser;
-pub mod reference;
-pub mod value;
+pub(crate) mod patterns;
+pub(crate) mod program;
+pub(crate) mod reference;
+pub(crate) mod safety;
+pub(crate) mod value;
 
 use std::fmt;
 
@@ -23,8 +36,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 pub use ast::{Expr, Span};
 pub use check::{Schema, SchemaType, TypeSet};
-pub use compile::Program;
 pub use ops::EvalError;
+pub use program::Program;
 pub use value::{Const, Type, Value};
 
 /// A load-time problem in one condition, with its byte range in the condition text.
@@ -114,7 +127,7 @@ impl Expression {
             let slots = self.program.fill_slots(&root);
             let mut cx = eval::Ctx::with_slots(&self.program, &arena, slots);
             let node = &self.program.exprs[0];
-            eval::eval(node, &mut cx).map(|v| value::to_serde(&v))
+            eval::eval(node, &mut cx).map(|v| json::to_serde(&v))
         })
     }
 
@@ -125,7 +138,7 @@ impl Expression {
     ) -> Result<Result<serde_json::Value, EvalError>, crate::input::InputError> {
         crate::input::with_parsed(input.as_bytes(), crate::input::DEFAULT_MAX_DEPTH, |root| {
             let arena = Bump::new();
-            reference::evaluate(&self.ast, &root, &self.params, &arena).map(|v| value::to_serde(&v))
+            reference::evaluate(&self.ast, &root, &self.params, &arena).map(|v| json::to_serde(&v))
         })
     }
 

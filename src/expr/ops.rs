@@ -1,7 +1,7 @@
 //! The semantics of every operator and built-in function (SPEC §3, §11).
 //!
 //! Both evaluators — the optimized one in [`super::eval`] and the plain
-//! reference in [`super::reference`] — call these functions, so an operator
+//! reference in `reference` — call these functions, so an operator
 //! means the same thing wherever it runs. Nothing here panics.
 
 use std::cmp::Ordering;
@@ -153,7 +153,7 @@ pub enum BinOp {
 
 impl BinOp {
     /// The operator as written in conditions.
-    pub fn symbol(self) -> &'static str {
+    pub(crate) fn symbol(self) -> &'static str {
         match self {
             BinOp::Eq => "==",
             BinOp::Ne => "!=",
@@ -192,7 +192,7 @@ pub enum UnOp {
 
 impl UnOp {
     /// The operator as written.
-    pub fn symbol(self) -> &'static str {
+    pub(crate) fn symbol(self) -> &'static str {
         match self {
             UnOp::Not => "!",
             UnOp::Neg => "-",
@@ -346,12 +346,12 @@ fn cmp_num(a: Num, b: Num) -> Option<Ordering> {
 }
 
 /// Numeric order of two values when both are numbers (used by the rule index too).
-pub fn compare_numbers(a: &Value<'_>, b: &Value<'_>) -> Option<Ordering> {
+pub(crate) fn compare_numbers(a: &Value<'_>, b: &Value<'_>) -> Option<Ordering> {
     cmp_num(num(a)?, num(b)?)
 }
 
 /// `==`: numbers numerically, arrays and objects deeply, other types unequal.
-pub fn equals(a: &Value<'_>, b: &Value<'_>) -> bool {
+pub(crate) fn equals(a: &Value<'_>, b: &Value<'_>) -> bool {
     match (a, b) {
         (Value::Str(p), Value::Str(q)) => p == q,
         (Value::Array(_), Value::Array(_)) | (Value::Object(_), Value::Object(_)) => deep_equals(a, b),
@@ -411,7 +411,7 @@ fn deep_equals(a: &Value<'_>, b: &Value<'_>) -> bool {
 }
 
 /// `< <= > >=`: numbers numerically, strings by bytes, anything else an error.
-pub fn compare(op: BinOp, a: &Value<'_>, b: &Value<'_>) -> Result<bool, EvalError> {
+pub(crate) fn compare(op: BinOp, a: &Value<'_>, b: &Value<'_>) -> Result<bool, EvalError> {
     let ord = match (a, b) {
         (Value::Str(x), Value::Str(y)) => Some(x.as_bytes().cmp(y.as_bytes())),
         _ => match (num(a), num(b)) {
@@ -434,8 +434,22 @@ fn operands(op: BinOp, a: &Value<'_>, b: &Value<'_>) -> EvalError {
     EvalError::Operands { op: op.symbol(), left: a.type_of(), right: b.type_of() }
 }
 
+/// Comparison-level operators on two computed values.
+pub(crate) fn compare_values<'a>(op: BinOp, x: &Value<'a>, y: &Value<'a>) -> EvalResult<'a> {
+    let b = match op {
+        BinOp::Eq => equals(x, y),
+        BinOp::Ne => !equals(x, y),
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => compare(op, x, y)?,
+        BinOp::In => contains_member(x, y)?,
+        BinOp::NotIn => !contains_member(x, y)?,
+        BinOp::Contains | BinOp::StartsWith | BinOp::EndsWith => string_test(op, x, y)?,
+        _ => return Err(EvalError::Operands { op: op.symbol(), left: x.type_of(), right: y.type_of() }),
+    };
+    Ok(Value::Bool(b))
+}
+
 /// `x in y`: membership in an array, a key of an object; anything `in nil` is false.
-pub fn contains_member(needle: &Value<'_>, haystack: &Value<'_>) -> Result<bool, EvalError> {
+pub(crate) fn contains_member(needle: &Value<'_>, haystack: &Value<'_>) -> Result<bool, EvalError> {
     match haystack {
         Value::Nil => Ok(false),
         Value::Array(a) => Ok(a.iter().any(|v| equals(needle, &v))),
@@ -448,7 +462,7 @@ pub fn contains_member(needle: &Value<'_>, haystack: &Value<'_>) -> Result<bool,
 }
 
 /// The string operators and functions: `contains`, `startsWith`, `endsWith`.
-pub fn string_test(op: BinOp, a: &Value<'_>, b: &Value<'_>) -> Result<bool, EvalError> {
+pub(crate) fn string_test(op: BinOp, a: &Value<'_>, b: &Value<'_>) -> Result<bool, EvalError> {
     match (a, b) {
         (Value::Str(s), Value::Str(p)) => Ok(match op {
             BinOp::Contains => memchr::memmem::find(s.as_bytes(), p.as_bytes()).is_some(),
@@ -461,7 +475,7 @@ pub fn string_test(op: BinOp, a: &Value<'_>, b: &Value<'_>) -> Result<bool, Eval
 }
 
 /// `s matches re`: unanchored search.
-pub fn regex_test(op: BinOp, a: &Value<'_>, re: &Regex) -> Result<bool, EvalError> {
+pub(crate) fn regex_test(op: BinOp, a: &Value<'_>, re: &Regex) -> Result<bool, EvalError> {
     match a {
         Value::Str(s) => Ok(re.is_match(s) == (op != BinOp::NotMatches)),
         _ => Err(EvalError::Operands { op: op.symbol(), left: a.type_of(), right: Type::Str }),
@@ -469,7 +483,7 @@ pub fn regex_test(op: BinOp, a: &Value<'_>, re: &Regex) -> Result<bool, EvalErro
 }
 
 /// `!x`: bools only.
-pub fn not(a: &Value<'_>) -> EvalResult<'static> {
+pub(crate) fn not(a: &Value<'_>) -> EvalResult<'static> {
     match a {
         Value::Bool(b) => Ok(Value::Bool(!b)),
         _ => Err(EvalError::Operand { op: "!", operand: a.type_of() }),
@@ -477,7 +491,7 @@ pub fn not(a: &Value<'_>) -> EvalResult<'static> {
 }
 
 /// Unary `-` and `+`.
-pub fn unary<'a>(op: UnOp, a: &Value<'a>) -> EvalResult<'a> {
+pub(crate) fn unary<'a>(op: UnOp, a: &Value<'a>) -> EvalResult<'a> {
     match (op, *a) {
         (UnOp::Not, _) => not(a),
         (UnOp::Neg, Value::Int(i)) => i.checked_neg().map(Value::Int).ok_or(EvalError::Overflow { op: "-" }),
@@ -488,7 +502,7 @@ pub fn unary<'a>(op: UnOp, a: &Value<'a>) -> EvalResult<'a> {
 }
 
 /// The arithmetic operators `+ - * / % **` (`+` also concatenates strings).
-pub fn arithmetic<'a>(op: BinOp, a: &Value<'a>, b: &Value<'a>, arena: &'a Bump) -> EvalResult<'a> {
+pub(crate) fn arithmetic<'a>(op: BinOp, a: &Value<'a>, b: &Value<'a>, arena: &'a Bump) -> EvalResult<'a> {
     if let (BinOp::Add, Value::Str(x), Value::Str(y)) = (op, a, b) {
         let mut s = bumpalo::collections::String::with_capacity_in(x.len() + y.len(), arena);
         s.push_str(x);
@@ -536,7 +550,7 @@ pub fn arithmetic<'a>(op: BinOp, a: &Value<'a>, b: &Value<'a>, arena: &'a Bump) 
 }
 
 /// `.name` on a value: members of objects; nil stays nil; anything else is an error.
-pub fn member<'a>(object: &Value<'a>, name: &str) -> EvalResult<'a> {
+pub(crate) fn member<'a>(object: &Value<'a>, name: &str) -> EvalResult<'a> {
     match object {
         Value::Nil => Ok(Value::Nil),
         Value::Object(o) => Ok(o.get(name).unwrap_or(Value::Nil)),
@@ -546,7 +560,7 @@ pub fn member<'a>(object: &Value<'a>, name: &str) -> EvalResult<'a> {
 
 /// `[index]`: arrays by int (negative counts from the end, out of range is nil),
 /// objects by string; nil stays nil.
-pub fn index<'a>(container: &Value<'a>, idx: &Value<'_>) -> EvalResult<'a> {
+pub(crate) fn index<'a>(container: &Value<'a>, idx: &Value<'_>) -> EvalResult<'a> {
     match (container, idx) {
         (Value::Nil, _) => Ok(Value::Nil),
         (Value::Array(a), Value::Int(i)) => Ok(array_at(a, *i).unwrap_or(Value::Nil)),
@@ -559,7 +573,7 @@ pub fn index<'a>(container: &Value<'a>, idx: &Value<'_>) -> EvalResult<'a> {
 }
 
 /// Element `i` of an array, negative from the end.
-pub fn array_at<'a>(a: &Array<'a>, i: i64) -> Option<Value<'a>> {
+pub(crate) fn array_at<'a>(a: &Array<'a>, i: i64) -> Option<Value<'a>> {
     let len = a.len() as i64;
     let pos = if i < 0 { len.checked_add(i)? } else { i };
     if pos < 0 || pos >= len {
@@ -569,7 +583,7 @@ pub fn array_at<'a>(a: &Array<'a>, i: i64) -> Option<Value<'a>> {
 }
 
 /// `&&`, `||`, `?:` and conditions need bools.
-pub fn truth(v: &Value<'_>, op: &'static str) -> Result<bool, EvalError> {
+pub(crate) fn truth(v: &Value<'_>, op: &'static str) -> Result<bool, EvalError> {
     match v {
         Value::Bool(b) => Ok(*b),
         _ => Err(EvalError::Operand { op, operand: v.type_of() }),
@@ -577,7 +591,7 @@ pub fn truth(v: &Value<'_>, op: &'static str) -> Result<bool, EvalError> {
 }
 
 /// Whether a rule's condition result means "matched".
-pub fn condition_outcome(v: &Value<'_>) -> Result<bool, EvalError> {
+pub(crate) fn condition_outcome(v: &Value<'_>) -> Result<bool, EvalError> {
     match v {
         Value::Bool(b) => Ok(*b),
         Value::Nil => Ok(false),
@@ -611,7 +625,7 @@ fn looks_numeric(s: &str) -> bool {
 }
 
 /// Calls a built-in function (except `matches`, which needs its compiled regex).
-pub fn call<'a>(func: Func, args: &[Value<'a>], arena: &'a Bump) -> EvalResult<'a> {
+pub(crate) fn call<'a>(func: Func, args: &[Value<'a>], arena: &'a Bump) -> EvalResult<'a> {
     let first = args.first().copied().unwrap_or(Value::Nil);
     match func {
         Func::Len => match first {

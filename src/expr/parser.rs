@@ -7,10 +7,10 @@ use super::ExprError;
 use crate::suggest::did_you_mean;
 
 /// Default cap on nesting (parentheses, brackets, calls, unary operators, ternaries).
-pub const DEFAULT_MAX_DEPTH: usize = 64;
+pub(crate) const DEFAULT_MAX_DEPTH: usize = 64;
 
 /// Longest member/index chain accepted (`a.b[0].c` has 3 steps).
-pub const MAX_ACCESS_STEPS: usize = 256;
+pub(crate) const MAX_ACCESS_STEPS: usize = 256;
 
 /// The comparison operators written as names rather than reserved words (`s contains "x"`);
 /// the same names also call the built-in functions (`contains(s, "x")`).
@@ -22,7 +22,7 @@ pub const WORD_OPERATORS: &[(&str, BinOp)] = &[
 ];
 
 /// Parses a whole condition.
-pub fn parse(src: &str, max_depth: usize) -> Result<Expr, ExprError> {
+pub(crate) fn parse(src: &str, max_depth: usize) -> Result<Expr, ExprError> {
     let tokens = tokenize(src)?;
     let mut p = Parser { tokens, pos: 0, depth: 0, max_depth };
     if p.peek() == &Tok::Eof {

@@ -9,7 +9,6 @@ use regex::Regex;
 use rustc_hash::FxHashMap;
 
 use super::ast::{Expr, ExprKind, Step};
-use super::eval::compare_values;
 use super::ops::{self, BinOp, EvalError, EvalResult, Func};
 use super::value::{Array, Const, Value};
 
@@ -89,7 +88,7 @@ impl<'a> Reference<'a> {
             ExprKind::Binary(op, l, r) => {
                 let x = self.eval(l)?;
                 let y = self.eval(r)?;
-                compare_values(*op, &x, &y)
+                ops::compare_values(*op, &x, &y)
             }
             ExprKind::Chain(first, rest) => {
                 let mut acc = self.eval(first)?;

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::expr::value::write_json_string;
+use crate::expr::json::write_json_string;
 
 /// A parsed request whose body has fully arrived.
 pub struct Request<'b> {

@@ -8,7 +8,7 @@ use percent_encoding::percent_decode_str;
 use super::http::{Request, Response};
 use super::App;
 use crate::decide::{self as pipeline, Refusal};
-use crate::expr::value::{write_json_float, write_json_string};
+use crate::expr::json::{write_json_float, write_json_string};
 use crate::metrics::{self, Gauges, TableLoad, TableView};
 use crate::table::registry::{Outcome, RollbackError, Tables};
 use crate::table::{write_timestamp, Table};

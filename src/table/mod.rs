@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 use sha2::{Digest, Sha256};
 
 use crate::diagnostic::Diagnostic;
-use crate::expr::value::write_json_string;
+use crate::expr::json::write_json_string;
 use crate::expr::value::Value;
 use crate::input::{self, InputError};
 pub use rules::{Decision, Problem, Rule, RuleEngine, RuleWarning, TraceEntry};
@@ -158,6 +158,9 @@ pub struct Table {
 /// The engine that decides for one table, chosen by its kind when it loads (as the regex
 /// crate picks a strategy once per pattern). Every engine answers with the same [`Decision`]
 /// shape; its `rule` indexes the engine's outcomes (rules, or the cells of a flash table).
+// One per loaded table, so its size does not matter; boxing the rules would add a pointer
+// chase to every decision.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Engine {
     /// ordered rules, the first that holds answers: Jev tables and YAML rule sets
@@ -167,10 +170,10 @@ pub enum Engine {
 }
 
 impl Engine {
-    fn decide(&self, root: &Value<'_>, explain: bool) -> Result<Decision, InputError> {
+    fn decide_body(&self, body: &[u8], explain: bool, max_depth: usize) -> Result<Decision, InputError> {
         match self {
-            Engine::Rules(e) => e.decide(root, explain),
-            Engine::Flash(f) => Ok(f.decide(root, explain)),
+            Engine::Rules(e) => e.decide_body(body, explain, max_depth),
+            Engine::Flash(f) => input::with_parsed(body, max_depth, |root| f.decide(&root, explain)),
         }
     }
 
@@ -368,7 +371,7 @@ impl Table {
     /// Decides one JSON body: parsed once, checked against the table's schema
     /// (when it has one), then evaluated.
     pub fn decide(&self, body: &[u8], explain: bool) -> Result<Decision, InputError> {
-        input::with_parsed(body, self.limits.max_input_depth, |root| self.engine.decide(&root, explain))?
+        self.engine.decide_body(body, explain, self.limits.max_input_depth)
     }
 
     /// Decides one JSON body with the reference evaluator (for tests and checks).

@@ -8,11 +8,14 @@ use super::index::RuleIndex;
 use super::template::{MissingValue, Template};
 use crate::expr::ast::{Expr, ExprKind, Step};
 use crate::expr::compile::compile_program;
-use crate::expr::eval::{self, Ctx, SlotValue};
+use crate::expr::eval::{self, Ctx};
+use crate::expr::json::write_json_string;
 use crate::expr::ops::{self, EvalError};
-use crate::expr::value::{write_json_string, Const, Value};
+use crate::expr::program::SlotValue;
+use crate::expr::value::{Const, Value};
 use crate::expr::{reference, ExprError, Program, Schema};
-use crate::input::{InputError, SchemaCheck};
+use crate::input::scan::{self, ReadPlan};
+use crate::input::{self, InputError, SchemaCheck};
 
 /// One rule, as loaded and compiled.
 #[derive(Debug)]
@@ -197,6 +200,8 @@ pub struct RuleEngine {
     /// the default action serialized (`null` without one)
     pub default_json: Box<str>,
     schema: SchemaCheck,
+    /// what decisions read of a body, for the scan (`None`: always the full parse)
+    plan: Option<ReadPlan>,
 }
 
 impl RuleEngine {
@@ -217,6 +222,7 @@ impl RuleEngine {
             }
         }
         let index = RuleIndex::build(&program);
+        let plan = ReadPlan::new(&program);
         let mut enabled = vec![0u64; rules.len().div_ceil(64).max(1)];
         for (i, r) in rules.iter().enumerate() {
             if r.enabled {
@@ -228,6 +234,7 @@ impl RuleEngine {
             rules,
             program,
             index,
+            plan,
             enabled,
             params,
             default_action,
@@ -241,16 +248,37 @@ impl RuleEngine {
         self.index.indexed_fields()
     }
 
+    /// Decides one request body. Without explain, the body is scanned for what the table reads
+    /// (see `input::scan`); a body the scan does not vouch for, and explain, take the full
+    /// parse — which also gives every error a body can have.
+    pub fn decide_body(&self, body: &[u8], explain: bool, max_depth: usize) -> Result<Decision, InputError> {
+        if let (false, Some(plan)) = (explain, &self.plan) {
+            let scanned = scan::with_scanned(body, plan, max_depth, |slots| {
+                // a schema mismatch is answered by the full path, which names the field
+                self.schema.passes(&slots).then(|| self.evaluate(slots, &Value::Nil, false))
+            });
+            if let Some(Some(decision)) = scanned {
+                return Ok(decision);
+            }
+        }
+        input::with_parsed(body, max_depth, |root| self.decide(&root, explain))?
+    }
+
     /// Decides one input object: the first enabled rule whose condition is
     /// true. An input the table's schema rejects gets no decision.
     pub fn decide(&self, root: &Value<'_>, explain: bool) -> Result<Decision, InputError> {
-        let arena = Bump::new();
         let slots = self.program.fill_slots(root);
         self.schema.check(&slots, root)?;
+        Ok(self.evaluate(slots, root, explain))
+    }
+
+    /// The first enabled rule whose condition holds on `slots` (read from `root`).
+    fn evaluate<'a>(&'a self, slots: Vec<SlotValue<'a>>, root: &Value<'_>, explain: bool) -> Decision {
+        let arena = Bump::new();
         let mut cx = Ctx::with_slots(&self.program, &arena, slots);
         let mut decision = Decision { trace: explain.then(Vec::new), ..Decision::default() };
-        let candidates = self.index.select(&cx.slots);
-        candidates.for_each(&self.enabled, |r| {
+        let candidates = self.index.select(&mut cx);
+        self.index.for_each(&candidates, &self.enabled, |r| {
             decision.evaluated += 1;
             let outcome = eval::eval_condition(&self.program.exprs[r], &mut cx);
             self.record(&mut decision, r, outcome, root, &cx.slots);
@@ -259,7 +287,7 @@ impl RuleEngine {
         if explain {
             decision.skipped = self.enabled_before(decision.rule) - decision.evaluated;
         }
-        Ok(decision)
+        decision
     }
 
     /// The same decision by the reference evaluator: the schema walked path by

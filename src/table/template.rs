@@ -7,10 +7,10 @@
 //! text is written as text (strings raw, anything else as its JSON). A missing value — an
 //! absent field or JSON `null` — means the action cannot be built: the caller falls back.
 
-use crate::expr::compile::Program;
-use crate::expr::eval::SlotValue;
 use crate::expr::ir::PathSeg;
-use crate::expr::value::{write_json_string, Value};
+use crate::expr::json::write_json_string;
+use crate::expr::program::{Program, SlotValue};
+use crate::expr::value::Value;
 
 /// An action (or fallback) with placeholders, cut into fixed JSON pieces and holes.
 #[derive(Debug)]

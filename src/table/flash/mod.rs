@@ -38,7 +38,8 @@ use sha2::{Digest, Sha256};
 
 use super::rules::{Decision, TraceEntry};
 use super::{Engine, LoadError, TableKind, TableMeta};
-use crate::expr::value::{write_json_string, Value};
+use crate::expr::json::write_json_string;
+use crate::expr::value::Value;
 
 /// At most this many dimensions.
 pub const MAX_DIMENSIONS: usize = 32;

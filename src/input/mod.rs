@@ -2,15 +2,16 @@
 //! nesting limit and BOM tolerance of SPEC §10–§11, the request-time schema
 //! check of SPEC §3, and parse errors in plain words.
 
+pub(crate) mod scan;
+
 use std::cell::RefCell;
 use std::fmt;
 
 use simd_json::{Buffers, Tape};
 
 use crate::expr::check::with_article;
-use crate::expr::compile::Program;
-use crate::expr::eval::SlotValue;
 use crate::expr::ir::PathSeg;
+use crate::expr::program::{Program, SlotValue};
 use crate::expr::{Schema, SchemaType, Type, Value};
 
 /// Deepest accepted nesting; the top-level object is level 1.
@@ -129,6 +130,13 @@ impl SchemaCheck {
             }
         }
         Ok(())
+    }
+
+    /// Whether every declared field in `slots` has its declared type (the check without the
+    /// message: a body that fails it gets its error from [`SchemaCheck::check`]).
+    #[inline]
+    pub fn passes(&self, slots: &[SlotValue<'_>]) -> bool {
+        self.fields.iter().all(|f| matches!(slots.get(f.slot as usize), Some(Ok(v)) if f.declared.admits(v)))
     }
 
     /// The same check without slots: each declared path walked from the root

@@ -1,0 +1,112 @@
+//! Writing JSON text: values, strings and floats, the way every response, log line and
+//! message of clef writes them. The one place that knows JSON's escapes.
+
+use std::fmt::Write as _;
+
+use super::value::Value;
+
+/// Appends the compact JSON text of `v` to `out` (what `string(x)` gives for non-strings).
+///
+/// Iterative over arrays and objects: request data can be 128 levels deep
+/// and this may run on a small coroutine stack.
+pub fn write_value(v: &Value<'_>, out: &mut String) {
+    enum Step<'a> {
+        Value(Value<'a>),
+        Key(&'a str),
+        Text(&'static str),
+    }
+    let mut stack = vec![Step::Value(*v)];
+    while let Some(step) = stack.pop() {
+        match step {
+            Step::Text(t) => out.push_str(t),
+            Step::Key(k) => {
+                write_json_string(k, out);
+                out.push(':');
+            }
+            Step::Value(v) => match v {
+                Value::Nil => out.push_str("null"),
+                Value::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+                Value::Int(i) => {
+                    let _ = write!(out, "{i}");
+                }
+                Value::Float(f) => write_json_float(f, out),
+                Value::Str(s) => write_json_string(s, out),
+                Value::Array(a) => {
+                    out.push('[');
+                    stack.push(Step::Text("]"));
+                    let items: Vec<Value<'_>> = a.iter().collect();
+                    for (i, item) in items.into_iter().enumerate().rev() {
+                        stack.push(Step::Value(item));
+                        if i > 0 {
+                            stack.push(Step::Text(","));
+                        }
+                    }
+                }
+                Value::Object(o) => {
+                    out.push('{');
+                    stack.push(Step::Text("}"));
+                    let members: Vec<(&str, Value<'_>)> = o.iter().collect();
+                    for (i, (k, item)) in members.into_iter().enumerate().rev() {
+                        stack.push(Step::Value(item));
+                        stack.push(Step::Key(k));
+                        if i > 0 {
+                            stack.push(Step::Text(","));
+                        }
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Writes a float the way JSON writers do: `2.0`, `0.5`, `1e21`; non-finite as `null`.
+pub fn write_json_float(f: f64, out: &mut String) {
+    if f.is_finite() {
+        match serde_json::Number::from_f64(f) {
+            Some(n) => {
+                let _ = write!(out, "{n}");
+            }
+            None => out.push_str("null"),
+        }
+    } else {
+        out.push_str("null");
+    }
+}
+
+/// Writes `s` as a JSON string literal with the escapes JSON requires.
+pub fn write_json_string(s: &str, out: &mut String) {
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if esc.is_empty() {
+            let _ = write!(out, "\\u{:04x}", b);
+        } else {
+            out.push_str(esc);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
+/// `s` as a JSON string literal, for messages (`invalid regex "a("`).
+pub fn quote(s: &str) -> String {
+    let mut out = String::new();
+    write_json_string(s, &mut out);
+    out
+}
+
+/// Converts a value to a `serde_json::Value` (int and float kept apart).
+pub fn to_serde(v: &Value<'_>) -> serde_json::Value {
+    serde_json::from_str(&v.to_json()).unwrap_or(serde_json::Value::Null)
+}

@@ -1,0 +1,1088 @@
+//! Parse only what the table reads.
+//!
+//! A table knows every field path it reads (its [`Program`]'s slots). This scan walks a request
+//! body once, validating it as strictly as simd-json does, and keeps only what is read: the
+//! members on a read path are followed, a read value is kept (a string borrowed from the body
+//! when it has no escapes, a number parsed, an object or array laid out as tape nodes when a
+//! rule reads it whole), and everything else — the values of unread keys — is checked and
+//! stepped over without being built. No tape of the whole body, no copy of it.
+//!
+//! It answers only when it is sure: a body it accepts is one simd-json accepts, with the same
+//! values in the read slots as [`Program::fill_slots`] gives from the full parse. Anything else
+//! — invalid JSON, nesting beyond the limit, a number simd-json might reject, a lone surrogate,
+//! a top level that is not an object — makes it give up, and the caller parses the body fully,
+//! which gives the error (with its byte offset) a request always got.
+//!
+//! Paths into the body follow the language's rules: the last of repeated keys wins; a member of
+//! nil is nil; a member of a number is an error (`NotIndexable`), an element of an object or a
+//! member of an array too (`BadIndex`); a negative index counts from the end (the elements'
+//! offsets are remembered, and the one asked for is read once the length is known).
+
+use std::cell::RefCell;
+
+use simd_json::{Node, StaticNode};
+
+use crate::expr::ir::PathSeg;
+use crate::expr::ops::EvalError;
+use crate::expr::program::{descend, Program, SlotValue};
+use crate::expr::{Type, Value};
+
+/// Paths longer than this make the table use the full parse (the scan recurses along paths).
+const MAX_PLAN_DEPTH: usize = 32;
+/// simd-json's own nesting limit; the scan is used only below it.
+const SIMD_MAX_DEPTH: usize = 1024;
+
+/// What a table reads of its inputs: the slots' paths as a tree.
+#[derive(Debug)]
+pub(crate) struct ReadPlan {
+    nodes: Vec<PlanNode>,
+    /// read slots inside a value that is kept whole: (slot, that value's slot, steps from it)
+    derived: Vec<(u32, u32, Box<[PathSeg]>)>,
+    slots: usize,
+}
+
+#[derive(Debug, Default)]
+struct PlanNode {
+    /// the slot that reads this value whole: the value is kept (nothing below is followed)
+    slot: Option<u32>,
+    keys: Vec<(Box<str>, u32)>,
+    indexes: Vec<(i64, u32)>,
+    /// every read slot below this node (not its own), for repeated keys and type errors
+    below: Vec<u32>,
+}
+
+impl ReadPlan {
+    /// The plan of `program`'s read slots; `None` when a path is too long to follow.
+    pub(crate) fn new(program: &Program) -> Option<ReadPlan> {
+        let mut nodes = vec![PlanNode::default()];
+        let mut ends: Vec<(u32, Vec<u32>)> = Vec::new(); // slot, nodes on its path
+        for (slot, path) in program.paths.iter().enumerate() {
+            if !program.read.get(slot).copied().unwrap_or(false) {
+                continue;
+            }
+            if path.is_empty() || path.len() > MAX_PLAN_DEPTH {
+                return None;
+            }
+            let mut at = 0usize;
+            let mut trail = Vec::with_capacity(path.len());
+            for seg in path {
+                let next = match seg {
+                    PathSeg::Key(k) => nodes[at].keys.iter().find(|(n, _)| n == k).map(|(_, c)| *c),
+                    PathSeg::Index(i) => nodes[at].indexes.iter().find(|(n, _)| n == i).map(|(_, c)| *c),
+                };
+                let next = match next {
+                    Some(n) => n as usize,
+                    None => {
+                        nodes.push(PlanNode::default());
+                        let id = (nodes.len() - 1) as u32;
+                        match seg {
+                            PathSeg::Key(k) => nodes[at].keys.push((k.clone(), id)),
+                            PathSeg::Index(i) => nodes[at].indexes.push((*i, id)),
+                        }
+                        id as usize
+                    }
+                };
+                trail.push(next as u32);
+                at = next;
+            }
+            nodes[at].slot = Some(slot as u32);
+            ends.push((slot as u32, trail));
+        }
+        // A slot under a value kept whole is read from that value after the scan.
+        let mut derived = Vec::new();
+        for (slot, trail) in &ends {
+            for &n in &trail[..trail.len().saturating_sub(1)] {
+                nodes[n as usize].below.push(*slot);
+            }
+            let kept = trail[..trail.len() - 1].iter().position(|n| nodes[*n as usize].slot.is_some());
+            if let Some(k) = kept {
+                let ancestor = nodes[trail[k] as usize].slot.unwrap_or(0);
+                let path = &program.paths[*slot as usize][k + 1..];
+                derived.push((*slot, ancestor, path.into()));
+            }
+        }
+        // Nothing below a kept value is followed by the scan.
+        for n in nodes.iter_mut().filter(|n| n.slot.is_some()) {
+            n.keys.clear();
+            n.indexes.clear();
+        }
+        Some(ReadPlan { nodes, derived, slots: program.paths.len() })
+    }
+}
+
+/// A read value, by position (the body and the buffers are only borrowed once the scan is done).
+#[derive(Clone, Copy, Debug)]
+enum Raw {
+    Nil,
+    Static(StaticNode),
+    Str(StrRef),
+    /// nodes `start..end` of the tape
+    Tape(u32, u32),
+    Err(EvalError),
+}
+
+/// A string: a range of the body (no escapes) or of the unescaped buffer.
+#[derive(Clone, Copy, Debug)]
+enum StrRef {
+    Body(u32, u32),
+    Buf(u32, u32),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum RawNode {
+    Str(StrRef),
+    Static(StaticNode),
+    Array { len: usize, count: usize },
+    Object { len: usize, count: usize },
+}
+
+/// Why the scan gave up: the body needs the full parse.
+#[derive(Debug)]
+struct GiveUp;
+
+type Scan<T> = Result<T, GiveUp>;
+
+/// Per-thread buffers, reused across decisions.
+#[derive(Default)]
+struct Scratch {
+    raw: Vec<Raw>,
+    visited: Vec<bool>,
+    tape: Vec<RawNode>,
+    buf: String,
+    key: String,
+    offsets: Vec<u32>,
+    /// open containers while a value is laid out: (tape index, values so far)
+    open: Vec<(usize, usize)>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Scans `bytes` for the slots `plan` reads and calls `f` with them. `None`: the body needs
+/// the full parse (it may be invalid, or unusual in a way the scan does not handle).
+pub(crate) fn with_scanned<R>(
+    bytes: &[u8],
+    plan: &ReadPlan,
+    max_depth: usize,
+    f: impl FnOnce(Vec<SlotValue<'_>>) -> R,
+) -> Option<R> {
+    if max_depth >= SIMD_MAX_DEPTH {
+        return None;
+    }
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => scan_into(&mut scratch, bytes, plan, max_depth, f),
+        Err(_) => scan_into(&mut Scratch::default(), bytes, plan, max_depth, f),
+    })
+}
+
+fn scan_into<R>(
+    scratch: &mut Scratch,
+    bytes: &[u8],
+    plan: &ReadPlan,
+    max_depth: usize,
+    f: impl FnOnce(Vec<SlotValue<'_>>) -> R,
+) -> Option<R> {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let text = simdutf8::basic::from_utf8(bytes).ok()?;
+    if bytes.len() >= u32::MAX as usize {
+        return None;
+    }
+    scratch.raw.clear();
+    scratch.raw.resize(plan.slots, Raw::Nil);
+    scratch.visited.clear();
+    scratch.visited.resize(plan.nodes.len(), false);
+    scratch.tape.clear();
+    scratch.buf.clear();
+    let mut s = Scanner { b: bytes, t: text, pos: 0, plan, max_depth, sc: scratch };
+    s.document().ok()?;
+    let Scratch { raw, tape, buf, .. } = &*scratch;
+    let text_of = |r: StrRef| -> &str {
+        match r {
+            StrRef::Body(a, b) => text.get(a as usize..b as usize).unwrap_or(""),
+            StrRef::Buf(a, b) => buf.get(a as usize..b as usize).unwrap_or(""),
+        }
+    };
+    let nodes: Vec<Node<'_>> = tape
+        .iter()
+        .map(|n| match *n {
+            RawNode::Str(r) => Node::String(text_of(r)),
+            RawNode::Static(v) => Node::Static(v),
+            RawNode::Array { len, count } => Node::Array { len, count },
+            RawNode::Object { len, count } => Node::Object { len, count },
+        })
+        .collect();
+    let mut slots: Vec<SlotValue<'_>> = raw
+        .iter()
+        .map(|r| match *r {
+            Raw::Nil => Ok(Value::Nil),
+            Raw::Static(v) => Ok(scalar(v)),
+            Raw::Str(r) => Ok(Value::Str(text_of(r))),
+            Raw::Tape(a, b) => Ok(Value::from_tape(nodes.get(a as usize..b as usize).unwrap_or(&[]))),
+            Raw::Err(e) => Err(e),
+        })
+        .collect();
+    for (slot, ancestor, path) in &plan.derived {
+        let v = slots.get(*ancestor as usize).copied().unwrap_or(Ok(Value::Nil)).and_then(|v| descend(v, path));
+        if let Some(s) = slots.get_mut(*slot as usize) {
+            *s = v;
+        }
+    }
+    Some(f(slots))
+}
+
+/// A scalar as [`Value::from_tape`] reads it.
+fn scalar(v: StaticNode) -> Value<'static> {
+    match v {
+        StaticNode::Null => Value::Nil,
+        StaticNode::Bool(b) => Value::Bool(b),
+        StaticNode::I64(i) => Value::Int(i),
+        StaticNode::U64(u) => i64::try_from(u).map_or(Value::Float(u as f64), Value::Int),
+        StaticNode::F64(f) => Value::Float(f),
+    }
+}
+
+struct Scanner<'s> {
+    b: &'s [u8],
+    /// the same bytes, checked UTF-8
+    t: &'s str,
+    pos: usize,
+    plan: &'s ReadPlan,
+    max_depth: usize,
+    sc: &'s mut Scratch,
+}
+
+const fn is_ws(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// The kind of a JSON value from its first byte.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Object,
+    Array,
+    Str,
+    Num,
+    True,
+    False,
+    Null,
+}
+
+impl<'s> Scanner<'s> {
+    #[inline(always)]
+    fn ws(&mut self) {
+        while let Some(&c) = self.b.get(self.pos) {
+            // every byte above the space ends it: one comparison in the common case
+            if c > b' ' || !is_ws(c) {
+                break;
+            }
+            self.pos += 1;
+        }
+    }
+
+    #[inline]
+    fn peek(&self) -> Scan<u8> {
+        self.b.get(self.pos).copied().ok_or(GiveUp)
+    }
+
+    #[inline]
+    fn expect(&mut self, c: u8) -> Scan<()> {
+        self.ws();
+        if self.peek()? == c {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(GiveUp)
+        }
+    }
+
+    fn kind(&self) -> Scan<Kind> {
+        Ok(match self.peek()? {
+            b'{' => Kind::Object,
+            b'[' => Kind::Array,
+            b'"' => Kind::Str,
+            b'-' | b'0'..=b'9' => Kind::Num,
+            b't' => Kind::True,
+            b'f' => Kind::False,
+            b'n' => Kind::Null,
+            _ => return Err(GiveUp),
+        })
+    }
+
+    fn document(&mut self) -> Scan<()> {
+        self.ws();
+        if self.peek()? != b'{' {
+            return Err(GiveUp);
+        }
+        self.object(0, 1)?;
+        self.ws();
+        if self.pos == self.b.len() {
+            Ok(())
+        } else {
+            Err(GiveUp)
+        }
+    }
+
+    /// The object at the cursor (`{`), following the members of plan node `node`.
+    fn object(&mut self, node: usize, depth: usize) -> Scan<()> {
+        if depth > self.max_depth {
+            return Err(GiveUp);
+        }
+        self.pos += 1; // `{`
+        self.ws();
+        if self.peek()? == b'}' {
+            self.pos += 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            if self.peek()? != b'"' {
+                return Err(GiveUp);
+            }
+            let child = self.key(node)?;
+            self.expect(b':')?;
+            self.ws();
+            match child {
+                Some(c) => {
+                    let c = c as usize;
+                    if self.sc.visited[c] {
+                        // a repeated key: the last one wins
+                        self.reset(c);
+                    }
+                    self.sc.visited[c] = true;
+                    self.value(c, depth + 1)?;
+                }
+                None => self.skip(depth + 1)?,
+            }
+            self.ws();
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                _ => return Err(GiveUp),
+            }
+        }
+    }
+
+    /// Reads the key at the cursor; the plan child it names, if any.
+    fn key(&mut self, node: usize) -> Scan<Option<u32>> {
+        let start = self.pos + 1;
+        let (end, escaped) = self.string_end()?;
+        self.pos = end + 1;
+        let plan = self.plan;
+        let keys = &plan.nodes[node].keys;
+        if keys.is_empty() {
+            if escaped {
+                check_escapes(&self.b[start..end])?;
+            }
+            return Ok(None);
+        }
+        if !escaped {
+            let k = &self.b[start..end];
+            return Ok(keys.iter().find(|(n, _)| n.as_bytes() == k).map(|(_, c)| *c));
+        }
+        let mut key = std::mem::take(&mut self.sc.key);
+        key.clear();
+        unescape(&self.b[start..end], &mut key)?;
+        let found = keys.iter().find(|(n, _)| **n == *key).map(|(_, c)| *c);
+        self.sc.key = key;
+        Ok(found)
+    }
+
+    /// Forgets what an earlier member with the same key set.
+    fn reset(&mut self, node: usize) {
+        let plan = self.plan;
+        let n = &plan.nodes[node];
+        if let Some(s) = n.slot {
+            self.sc.raw[s as usize] = Raw::Nil;
+        }
+        for &s in &n.below {
+            self.sc.raw[s as usize] = Raw::Nil;
+        }
+        let children: Vec<u32> = n.keys.iter().map(|(_, c)| *c).chain(n.indexes.iter().map(|(_, c)| *c)).collect();
+        for c in children {
+            self.sc.visited[c as usize] = false;
+        }
+    }
+
+    /// The value at the cursor, for plan node `node`: kept whole, or followed.
+    fn value(&mut self, node: usize, depth: usize) -> Scan<()> {
+        let plan = self.plan;
+        let n = &plan.nodes[node];
+        if let Some(slot) = n.slot {
+            let raw = self.keep(depth)?;
+            self.sc.raw[slot as usize] = raw;
+            return Ok(());
+        }
+        match self.kind()? {
+            Kind::Object => {
+                for &(_, c) in &n.indexes {
+                    self.fail_below(c as usize, EvalError::BadIndex { container: Type::Object, index: Type::Int });
+                }
+                self.object(node, depth)
+            }
+            Kind::Array => {
+                for &(_, c) in &n.keys {
+                    self.fail_below(c as usize, EvalError::BadIndex { container: Type::Array, index: Type::Str });
+                }
+                self.array(node, depth)
+            }
+            Kind::Null => self.literal(b"null"),
+            other => {
+                let ty = match other {
+                    Kind::Str => Type::Str,
+                    Kind::True | Kind::False => Type::Bool,
+                    _ => match self.number()? {
+                        Number::Int(_) => Type::Int,
+                        Number::Other(..) => Type::Float,
+                    },
+                };
+                if ty == Type::Str {
+                    self.skip_string()?;
+                } else if ty == Type::Bool {
+                    self.literal(if other == Kind::True { b"true" } else { b"false" })?;
+                }
+                for &s in &n.below {
+                    self.sc.raw[s as usize] = Raw::Err(EvalError::NotIndexable { ty });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Every read slot at or below `node` fails with `e`.
+    fn fail_below(&mut self, node: usize, e: EvalError) {
+        let plan = self.plan;
+        let n = &plan.nodes[node];
+        for &s in n.slot.iter().chain(&n.below) {
+            self.sc.raw[s as usize] = Raw::Err(e);
+        }
+    }
+
+    /// The array at the cursor (`[`), reading the elements plan node `node` asks for.
+    fn array(&mut self, node: usize, depth: usize) -> Scan<()> {
+        if depth > self.max_depth {
+            return Err(GiveUp);
+        }
+        let plan = self.plan;
+        let wanted = &plan.nodes[node].indexes;
+        let from_end = wanted.iter().any(|(i, _)| *i < 0);
+        let first_offset = self.sc.offsets.len();
+        self.pos += 1; // `[`
+        self.ws();
+        let mut len: i64 = 0;
+        if self.peek()? == b']' {
+            self.pos += 1;
+        } else {
+            loop {
+                self.ws();
+                if from_end {
+                    self.sc.offsets.push(self.pos as u32);
+                }
+                match wanted.iter().find(|(i, _)| *i == len) {
+                    Some(&(_, c)) => self.value(c as usize, depth + 1)?,
+                    None => self.skip(depth + 1)?,
+                }
+                len += 1;
+                self.ws();
+                match self.peek()? {
+                    b',' => self.pos += 1,
+                    b']' => {
+                        self.pos += 1;
+                        break;
+                    }
+                    _ => return Err(GiveUp),
+                }
+            }
+        }
+        if from_end {
+            let end = self.pos;
+            for &(i, c) in wanted.iter().filter(|(i, _)| *i < 0) {
+                let at = len + i;
+                if at >= 0 {
+                    let offset = self.sc.offsets.get(first_offset + at as usize).copied().ok_or(GiveUp)?;
+                    self.pos = offset as usize;
+                    self.value(c as usize, depth + 1)?;
+                }
+            }
+            self.pos = end;
+            self.sc.offsets.truncate(first_offset);
+        }
+        Ok(())
+    }
+
+    /// Keeps the value at the cursor whole.
+    fn keep(&mut self, depth: usize) -> Scan<Raw> {
+        match self.kind()? {
+            Kind::Str => Ok(Raw::Str(self.string()?)),
+            Kind::Num => Ok(Raw::Static(self.number_value()?)),
+            Kind::True => self.literal(b"true").map(|_| Raw::Static(StaticNode::Bool(true))),
+            Kind::False => self.literal(b"false").map(|_| Raw::Static(StaticNode::Bool(false))),
+            Kind::Null => self.literal(b"null").map(|_| Raw::Nil),
+            Kind::Object | Kind::Array => {
+                let start = self.sc.tape.len();
+                self.tape(depth)?;
+                Ok(Raw::Tape(start as u32, self.sc.tape.len() as u32))
+            }
+        }
+    }
+
+    /// Lays the container at the cursor out as tape nodes (iteratively: nesting is deep).
+    fn tape(&mut self, depth: usize) -> Scan<()> {
+        let base = self.sc.open.len();
+        loop {
+            // a value at the cursor
+            self.ws();
+            match self.kind()? {
+                kind @ (Kind::Object | Kind::Array) => {
+                    if depth + (self.sc.open.len() - base) > self.max_depth {
+                        return Err(GiveUp);
+                    }
+                    let object = kind == Kind::Object;
+                    self.sc.open.push((self.sc.tape.len(), 0));
+                    self.sc.tape.push(if object {
+                        RawNode::Object { len: 0, count: 0 }
+                    } else {
+                        RawNode::Array { len: 0, count: 0 }
+                    });
+                    self.pos += 1;
+                    self.ws();
+                    if self.peek()? == if object { b'}' } else { b']' } {
+                        self.pos += 1;
+                        self.close_container();
+                    } else {
+                        if object {
+                            self.tape_key()?;
+                        }
+                        continue;
+                    }
+                }
+                Kind::Str => {
+                    let r = self.string()?;
+                    self.sc.tape.push(RawNode::Str(r));
+                }
+                Kind::Num => {
+                    let v = self.number_value()?;
+                    self.sc.tape.push(RawNode::Static(v));
+                }
+                Kind::True => {
+                    self.literal(b"true")?;
+                    self.sc.tape.push(RawNode::Static(StaticNode::Bool(true)));
+                }
+                Kind::False => {
+                    self.literal(b"false")?;
+                    self.sc.tape.push(RawNode::Static(StaticNode::Bool(false)));
+                }
+                Kind::Null => {
+                    self.literal(b"null")?;
+                    self.sc.tape.push(RawNode::Static(StaticNode::Null));
+                }
+            }
+            // a value is complete: count it in its container, then `,` or closing brackets
+            loop {
+                if self.sc.open.len() == base {
+                    return Ok(());
+                }
+                let Some(top) = self.sc.open.last_mut() else { return Err(GiveUp) };
+                top.1 += 1;
+                let object = matches!(self.sc.tape[top.0], RawNode::Object { .. });
+                self.ws();
+                match self.peek()? {
+                    b',' => {
+                        self.pos += 1;
+                        if object {
+                            self.tape_key()?;
+                        }
+                        break;
+                    }
+                    b'}' if object => {}
+                    b']' if !object => {}
+                    _ => return Err(GiveUp),
+                }
+                self.pos += 1;
+                self.close_container();
+            }
+        }
+    }
+
+    /// An object member's key and `:` (in tape mode).
+    fn tape_key(&mut self) -> Scan<()> {
+        self.ws();
+        if self.peek()? != b'"' {
+            return Err(GiveUp);
+        }
+        let r = self.string()?;
+        self.sc.tape.push(RawNode::Str(r));
+        self.expect(b':')
+    }
+
+    /// Closes the innermost open container: its `len` (members or elements) and `count` (nodes).
+    fn close_container(&mut self) {
+        let Some((start, len)) = self.sc.open.pop() else { return };
+        let count = self.sc.tape.len() - start - 1;
+        self.sc.tape[start] = match self.sc.tape[start] {
+            RawNode::Object { .. } => RawNode::Object { len, count },
+            _ => RawNode::Array { len, count },
+        };
+    }
+
+    /// Steps over the value at the cursor, checking it (iteratively: nesting is deep).
+    fn skip(&mut self, depth: usize) -> Scan<()> {
+        match self.kind()? {
+            Kind::Str => self.skip_string(),
+            Kind::Num => self.number().map(|_| ()),
+            Kind::True => self.literal(b"true"),
+            Kind::False => self.literal(b"false"),
+            Kind::Null => self.literal(b"null"),
+            Kind::Object | Kind::Array => self.skip_container(depth),
+        }
+    }
+
+    fn skip_container(&mut self, depth: usize) -> Scan<()> {
+        // open containers, innermost last: true for an object
+        let mut open: u128 = 0;
+        let mut n: usize = 0;
+        let mut base: Vec<bool> = Vec::new(); // beyond 128 levels
+        let push = |open: &mut u128, n: &mut usize, base: &mut Vec<bool>, object: bool| {
+            if *n < 128 {
+                *open = (*open << 1) | u128::from(object);
+            } else {
+                base.push(object);
+            }
+            *n += 1;
+        };
+        loop {
+            // a value at the cursor
+            self.ws();
+            match self.kind()? {
+                kind @ (Kind::Object | Kind::Array) => {
+                    if depth + n > self.max_depth {
+                        return Err(GiveUp);
+                    }
+                    let object = kind == Kind::Object;
+                    push(&mut open, &mut n, &mut base, object);
+                    self.pos += 1;
+                    self.ws();
+                    let close = if object { b'}' } else { b']' };
+                    if self.peek()? != close {
+                        if object {
+                            self.skip_key()?;
+                        }
+                        continue;
+                    }
+                    self.pos += 1;
+                    n -= 1;
+                    if n >= 128 {
+                        base.pop();
+                    } else {
+                        open >>= 1;
+                    }
+                }
+                Kind::Str => self.skip_string()?,
+                Kind::Num => {
+                    self.number()?;
+                }
+                Kind::True => self.literal(b"true")?,
+                Kind::False => self.literal(b"false")?,
+                Kind::Null => self.literal(b"null")?,
+            }
+            // after a value: `,` or closing brackets
+            loop {
+                if n == 0 {
+                    return Ok(());
+                }
+                let object = if n > 128 { base.last().copied().unwrap_or(false) } else { open & 1 == 1 };
+                self.ws();
+                match self.peek()? {
+                    b',' => {
+                        self.pos += 1;
+                        if object {
+                            self.skip_key()?;
+                        }
+                        break;
+                    }
+                    b'}' if object => {}
+                    b']' if !object => {}
+                    _ => return Err(GiveUp),
+                }
+                self.pos += 1;
+                n -= 1;
+                if n >= 128 {
+                    base.pop();
+                } else {
+                    open >>= 1;
+                }
+            }
+        }
+    }
+
+    fn skip_key(&mut self) -> Scan<()> {
+        self.ws();
+        if self.peek()? != b'"' {
+            return Err(GiveUp);
+        }
+        self.skip_string()?;
+        self.expect(b':')
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Scan<()> {
+        if self.b.get(self.pos..self.pos + word.len()) == Some(word) {
+            self.pos += word.len();
+            self.delimited()
+        } else {
+            Err(GiveUp)
+        }
+    }
+
+    /// After a number or a literal: the end, whitespace or a structural byte.
+    fn delimited(&self) -> Scan<()> {
+        match self.b.get(self.pos) {
+            None => Ok(()),
+            Some(&c) if is_ws(c) || matches!(c, b',' | b'}' | b']' | b':' | b'[' | b'{' | b'"') => Ok(()),
+            Some(_) => Err(GiveUp),
+        }
+    }
+
+    /// Steps over a string (cursor on its `"`), checking escapes and control bytes.
+    fn skip_string(&mut self) -> Scan<()> {
+        let (end, escaped) = self.string_end()?;
+        if escaped {
+            check_escapes(&self.b[self.pos + 1..end])?;
+        }
+        self.pos = end + 1;
+        Ok(())
+    }
+
+    /// The string at the cursor, kept.
+    fn string(&mut self) -> Scan<StrRef> {
+        let start = self.pos + 1;
+        let (end, escaped) = self.string_end()?;
+        self.pos = end + 1;
+        if !escaped {
+            return Ok(StrRef::Body(start as u32, end as u32));
+        }
+        let from = self.sc.buf.len();
+        unescape(&self.b[start..end], &mut self.sc.buf)?;
+        Ok(StrRef::Buf(from as u32, self.sc.buf.len() as u32))
+    }
+
+    /// The closing quote of the string at the cursor, and whether it holds a `\`. Control
+    /// bytes give up. Eight bytes at a time.
+    fn string_end(&self) -> Scan<(usize, bool)> {
+        const LO: u64 = 0x0101_0101_0101_0101;
+        const HI: u64 = 0x8080_8080_8080_8080;
+        let b = self.b;
+        let mut i = self.pos + 1;
+        let mut escaped = false;
+        loop {
+            if let Some(Ok(chunk)) = b.get(i..i + 8).map(<[u8; 8]>::try_from) {
+                let w = u64::from_le_bytes(chunk);
+                let q = w ^ (LO * u64::from(b'"'));
+                let s = w ^ (LO * u64::from(b'\\'));
+                let special = (q.wrapping_sub(LO) & !q) | (s.wrapping_sub(LO) & !s) | (w.wrapping_sub(LO * 0x20) & !w);
+                let special = special & HI;
+                if special == 0 {
+                    i += 8;
+                    continue;
+                }
+                // the first flagged byte is a real one (later flags may be borrows)
+                i += (special.trailing_zeros() / 8) as usize;
+            }
+            match b.get(i) {
+                None => return Err(GiveUp),
+                Some(b'"') => return Ok((i, escaped)),
+                Some(b'\\') => {
+                    escaped = true;
+                    i += 2;
+                }
+                Some(&c) if c < 0x20 => return Err(GiveUp),
+                Some(_) => i += 1,
+            }
+        }
+    }
+
+    /// Checks the number at the cursor and moves past it. Gives up on what simd-json might
+    /// read differently or reject (a float that overflows).
+    fn number(&mut self) -> Scan<Number> {
+        let b = self.b;
+        let start = self.pos;
+        let mut i = start;
+        let negative = b.get(i) == Some(&b'-');
+        if negative {
+            i += 1;
+        }
+        let digits_start = i;
+        let mut value: u64 = 0;
+        match b.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                while let Some(&d) = b.get(i).filter(|d| d.is_ascii_digit()) {
+                    value = value.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+                    i += 1;
+                }
+            }
+            _ => return Err(GiveUp),
+        }
+        let int_digits = i - digits_start;
+        let mut float = false;
+        if b.get(i) == Some(&b'.') {
+            float = true;
+            i += 1;
+            let f = i;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == f {
+                return Err(GiveUp);
+            }
+        }
+        let mut exponent = false;
+        if matches!(b.get(i), Some(b'e' | b'E')) {
+            float = true;
+            exponent = true;
+            i += 1;
+            if matches!(b.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            let e = i;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == e {
+                return Err(GiveUp);
+            }
+        }
+        self.pos = i;
+        self.delimited()?;
+        // simd-json rejects numbers that overflow a float: check those that could
+        if (exponent || int_digits > 300) && !self.text(start, i)?.parse::<f64>().map_err(|_| GiveUp)?.is_finite() {
+            return Err(GiveUp);
+        }
+        Ok(if float {
+            Number::Other(start as u32, i as u32)
+        } else if int_digits <= 18 {
+            // exact: at most 18 digits fit, with the sign, in an i64
+            Number::Int(if negative { -(value as i64) } else { value as i64 })
+        } else {
+            match self.text(start, i)?.parse::<i64>() {
+                Ok(v) => Number::Int(v),
+                Err(_) => Number::Other(start as u32, i as u32),
+            }
+        })
+    }
+
+    /// The body's text from `a` to `b` (ASCII here: always on character boundaries).
+    fn text(&self, a: usize, b: usize) -> Scan<&'s str> {
+        self.t.get(a..b).ok_or(GiveUp)
+    }
+
+    /// The number at the cursor, as the full parse gives it.
+    fn number_value(&mut self) -> Scan<StaticNode> {
+        match self.number()? {
+            Number::Int(v) => Ok(StaticNode::I64(v)),
+            // floats, and integers beyond 64 bits (read as the nearest float, as simd-json does)
+            Number::Other(a, b) => {
+                let f: f64 = self.text(a as usize, b as usize)?.parse().map_err(|_| GiveUp)?;
+                if f.is_finite() {
+                    Ok(StaticNode::F64(f))
+                } else {
+                    Err(GiveUp)
+                }
+            }
+        }
+    }
+}
+
+/// A number as the scan sees it: an int that fits 64 bits, or the text of anything else.
+#[derive(Clone, Copy)]
+enum Number {
+    Int(i64),
+    Other(u32, u32),
+}
+
+/// Checks the escapes of a string's content (between its quotes).
+fn check_escapes(s: &[u8]) -> Scan<()> {
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        match s.get(i + 1) {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+            Some(b'u') => {
+                let (_, used) = escaped_char(s, i)?;
+                i += used;
+            }
+            _ => return Err(GiveUp),
+        }
+    }
+    Ok(())
+}
+
+/// The character of the `\u` escape at `s[i]` and how many bytes it spans (a surrogate pair
+/// spans two escapes). A lone surrogate gives up.
+fn escaped_char(s: &[u8], i: usize) -> Scan<(char, usize)> {
+    let hex = |at: usize| -> Scan<u32> {
+        let d = s.get(at..at + 4).ok_or(GiveUp)?;
+        let mut v = 0u32;
+        for &c in d {
+            v = v * 16 + (c as char).to_digit(16).ok_or(GiveUp)?;
+        }
+        Ok(v)
+    };
+    let code = hex(i + 2)?;
+    if (0xD800..0xDC00).contains(&code) {
+        if s.get(i + 6..i + 8) != Some(b"\\u") {
+            return Err(GiveUp);
+        }
+        let low = hex(i + 8)?;
+        if !(0xDC00..0xE000).contains(&low) {
+            return Err(GiveUp);
+        }
+        let c = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+        return Ok((char::from_u32(c).ok_or(GiveUp)?, 12));
+    }
+    Ok((char::from_u32(code).ok_or(GiveUp)?, 6))
+}
+
+/// Appends the decoded content of a string (between its quotes) to `out`.
+fn unescape(s: &[u8], out: &mut String) -> Scan<()> {
+    let mut i = 0;
+    let mut run = 0;
+    while i < s.len() {
+        if s[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        out.push_str(std::str::from_utf8(&s[run..i]).map_err(|_| GiveUp)?);
+        let (c, used) = match s.get(i + 1) {
+            Some(b'"') => ('"', 2),
+            Some(b'\\') => ('\\', 2),
+            Some(b'/') => ('/', 2),
+            Some(b'b') => ('\u{8}', 2),
+            Some(b'f') => ('\u{c}', 2),
+            Some(b'n') => ('\n', 2),
+            Some(b'r') => ('\r', 2),
+            Some(b't') => ('\t', 2),
+            Some(b'u') => escaped_char(s, i)?,
+            _ => return Err(GiveUp),
+        };
+        out.push(c);
+        i += used;
+        run = i;
+    }
+    out.push_str(std::str::from_utf8(&s[run..]).map_err(|_| GiveUp)?);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::compile::compile_program;
+    use crate::expr::json::write_value;
+    use crate::expr::parser::parse;
+    use rustc_hash::FxHashMap;
+
+    fn program(conditions: &[&str]) -> Program {
+        let exprs: Vec<_> = conditions.iter().map(|c| parse(c, 64).unwrap()).collect();
+        let refs: Vec<_> = exprs.iter().collect();
+        compile_program(&refs, &FxHashMap::default(), 1 << 20).unwrap()
+    }
+
+    fn show(v: &SlotValue<'_>) -> String {
+        match v {
+            Ok(v) => {
+                let mut s = String::new();
+                write_value(v, &mut s);
+                format!("{s} {:?}", v.type_of())
+            }
+            Err(e) => format!("error {e}"),
+        }
+    }
+
+    /// The read slots, by the scan and by the full parse.
+    fn both(p: &Program, body: &str) -> (Option<Vec<String>>, Option<Vec<String>>) {
+        let plan = ReadPlan::new(p).unwrap();
+        let read = |slots: Vec<SlotValue<'_>>| -> Vec<String> {
+            slots.iter().enumerate().filter(|(i, _)| p.read[*i]).map(|(_, v)| show(v)).collect()
+        };
+        let scanned = with_scanned(body.as_bytes(), &plan, 128, read);
+        let full = crate::input::with_parsed(body.as_bytes(), 128, |root| read(p.fill_slots(&root))).ok();
+        (scanned, full)
+    }
+
+    const CONDITIONS: &[&str] = &[
+        "a == 1",
+        "b.c.d == 1",
+        "items[0].sku == 1",
+        "items[-1].price == 1",
+        "items[-2] == 1",
+        "h[\"x-k\"] == 1",
+        "len(items) > 0",
+        "len(o) == 1 && o.k == 1",
+        "s == 1",
+        "n[1] == 1 && n.k == 1",
+    ];
+
+    #[test]
+    fn the_scan_reads_what_the_full_parse_reads() {
+        let p = program(CONDITIONS);
+        for body in [
+            r#"{}"#,
+            r#"{"a": 1, "zz": [1, {"q": "\u00e9\n"}], "s": "plain"}"#,
+            r#"{"a": "x\"y\\u00e9\ud83d\ude00", "b": {"c": {"d": [1, 2.5e3, -0, -0.0, 1e-400]}}}"#,
+            r#"{"b": {"c": 5}, "items": [{"sku": "A"}, {"price": 12.5}, 3]}"#,
+            r#"{"b": [1], "items": {"sku": "A"}, "h": {"x-k": null, "x\u002dk": "later"}}"#,
+            r#"{"a": 1, "a": {"x": 2}, "b": {"c": {"d": 1}}, "b": {"c": 7}}"#,
+            r#"{"b": {"c": {"d": 1}}, "b": {}, "items": [{"sku": 1}], "items": [{}, 2]}"#,
+            r#"{"b": {"c": {"d": 1}, "c": {"e": 1}}, "h": {"x-k": 1}, "h": null}"#,
+            r#"{"items": [], "o": {"k": [1, [2, {"z": null}]], "k": true}, "n": "text"}"#,
+            r#"{"items": [1], "n": [1, 2], "s": 9223372036854775807}"#,
+            r#"{"s": 9223372036854775808, "a": -9223372036854775809, "b": 18446744073709551616}"#,
+            r#"{"s": 123456789012345678901234567890.5, "a": 1.7976931348623157e308}"#,
+            " \u{feff}{\"a\": 1}",
+            "\u{feff}{\"a\": 1}",
+            r#"{"a": 1} "#,
+            r#"{"a": [[[[]]]], "s": {"deep": {"er": [{}]}}}"#,
+            r#"{"n": [true, false, null], "items": [null, {"price": 1}]}"#,
+        ] {
+            let (scanned, full) = both(&p, body);
+            if let Some(s) = &scanned {
+                assert_eq!(Some(s), full.as_ref(), "{body}");
+            }
+            assert!(scanned.is_some() || !body.starts_with('{'), "the scan gave up on {body}");
+        }
+    }
+
+    #[test]
+    fn the_scan_gives_up_on_what_it_cannot_vouch_for() {
+        let p = program(CONDITIONS);
+        for body in [
+            "",
+            "[]",
+            "{",
+            r#"{"a": 1,}"#,
+            r#"{"a": 01}"#,
+            r#"{"a": 1e999}"#,
+            r#"{"a": "\ud800"}"#,
+            r#"{"zz": "\q"}"#,
+            "{\"zz\": \"a\tb\"}",
+            r#"{"a": tru}"#,
+            r#"{"a": 1}x"#,
+            r#"{"a": [1 2]}"#,
+            r#"{"zz": {"k" 1}}"#,
+        ] {
+            let (scanned, _) = both(&p, body);
+            assert!(scanned.is_none(), "the scan accepted {body:?}");
+        }
+        let deep = format!("{{\"zz\": {}{}}}", "[".repeat(127), "]".repeat(127));
+        assert!(both(&p, &deep).0.is_some(), "128 levels are accepted");
+        let deeper = format!("{{\"zz\": {}{}}}", "[".repeat(128), "]".repeat(128));
+        assert!(both(&p, &deeper).0.is_none(), "129 levels are not");
+        let kept = format!("{{\"items\": {}{}}}", "[".repeat(128), "]".repeat(128));
+        assert!(both(&p, &kept).0.is_none(), "nor 129 in a kept value");
+    }
+}
