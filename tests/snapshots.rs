@@ -593,6 +593,18 @@ fn lookup_finds_recent_snapshots_queued_or_written() {
         rec.flush(Duration::from_secs(5));
     }
     assert_eq!(rec.lookup(first.id), None, "too old for the window");
+    assert!(rec.stats().recent_bytes <= 64 << 10);
+    // a burst grows the buffers; the small batches after it do not keep that memory each
+    for i in 0..2000 {
+        record(&rec, &table, &format!(r#"{{"amount": {i}, "pad": "{}"}}"#, "q".repeat(200)));
+    }
+    rec.flush(Duration::from_secs(5));
+    for i in 0..100 {
+        let last = record(&rec, &table, &format!(r#"{{"amount": {i}}}"#));
+        rec.flush(Duration::from_secs(5));
+        assert!(rec.lookup(last.id).is_some());
+    }
+    assert!(rec.stats().recent_bytes <= 64 << 10, "{:?}", rec.stats());
     rec.shutdown();
     assert_eq!(record(&rec, &table, r#"{"amount": 1}"#).status, Status::Dropped, "stopped");
 }

@@ -231,6 +231,12 @@ impl SnapshotsConfig {
                 ));
             }
         }
+        if self.redact.len() > super::record::MAX_REDACT {
+            out.push((
+                "redact",
+                format!("{} paths: at most {} are applied", self.redact.len(), super::record::MAX_REDACT),
+            ));
+        }
         let mut seen = Vec::new();
         for class in &self.always_keep {
             if seen.contains(class) {

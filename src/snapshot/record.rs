@@ -266,49 +266,244 @@ fn write_input(input: &[u8], out: &mut String) {
     out.push_str(rest);
 }
 
-/// The input with the `redact` paths (split at the dots) replaced, followed by
-/// `,"redacted":true` when a field was. An input that cannot be parsed is not written at all
+/// The input with the `redact` paths (split at the dots; at most [`MAX_REDACT`]) replaced,
+/// followed by `,"redacted":true` when a field was (line breaks turned into spaces). The input is
+/// scanned, not parsed into values: no allocation per field and no recursion (a worker's stack
+/// is small and inputs nest deep). An input that is not valid JSON is not written at all
 /// (`null`): what it holds might be what must not be recorded.
 pub(crate) fn write_redacted(input: &[u8], redact: &[Vec<String>], out: &mut String) {
-    let input = input.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(input);
-    if !may_hold(input, redact) {
-        write_input(input, out);
-        return;
-    }
-    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(input) else {
+    let input = input.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(input).trim_ascii();
+    let mut spans = Vec::new();
+    let text = std::str::from_utf8(input).ok();
+    let (Some(text), Some(())) = (text, redact_spans(input, &redact[..redact.len().min(MAX_REDACT)], &mut spans))
+    else {
         out.push_str("null,\"redacted\":true");
         return;
     };
-    let mut changed = false;
-    for path in redact {
-        changed |= redact_path(&mut value, path);
+    let mut at = 0;
+    for &(start, end) in &spans {
+        push_one_line(&text[at..start], out);
+        write_json_string(REDACTED, out);
+        at = end;
     }
-    // serializing a Value into a String cannot fail
-    let _ = write!(out, "{value}");
-    if changed {
+    push_one_line(&text[at..], out);
+    if !spans.is_empty() {
         out.push_str(",\"redacted\":true");
     }
 }
 
-/// Whether `input` may hold a field to redact: the last name of a path appears in it as a
-/// quoted string, or it has an escape that could spell one (`\u0065mail`). Most inputs do not,
-/// and are recorded without being parsed.
-fn may_hold(input: &[u8], redact: &[Vec<String>]) -> bool {
-    let finder = memchr::memmem::find;
-    if finder(input, b"\\u").is_some() || finder(input, b"\\/").is_some() {
-        return true;
+/// The most `redact` paths applied.
+pub const MAX_REDACT: usize = 64;
+
+/// Appends JSON text with its line breaks (whitespace between tokens) turned into spaces.
+fn push_one_line(mut rest: &str, out: &mut String) {
+    while let Some(i) = memchr::memchr2(b'\n', b'\r', rest.as_bytes()) {
+        out.push_str(&rest[..i]);
+        out.push(' ');
+        rest = &rest[i + 1..];
     }
-    redact.iter().filter_map(|p| p.last()).any(|leaf| {
-        let mut at = 0;
-        while let Some(i) = finder(&input[at..], leaf.as_bytes()) {
-            let (start, end) = (at + i, at + i + leaf.len());
-            if start > 0 && input[start - 1] == b'"' && input.get(end) == Some(&b'"') {
-                return true;
+    out.push_str(rest);
+}
+
+/// The byte ranges of the values at the `paths` in the JSON text `b` (through arrays, every
+/// occurrence of a repeated key), in order; `None` when `b` is not one JSON value.
+fn redact_spans(b: &[u8], paths: &[Vec<String>], spans: &mut Vec<(usize, usize)>) -> Option<()> {
+    enum State {
+        Value,
+        Key,
+        After,
+    }
+    // (object?, paths still matching, object keys above)
+    let mut stack: Vec<(bool, u64, usize)> = Vec::new();
+    let all = if paths.len() >= 64 { u64::MAX } else { (1u64 << paths.len()) - 1 };
+    let mut next = (all, 0usize);
+    let mut i = skip_ws(b, 0);
+    let mut state = State::Value;
+    loop {
+        match state {
+            State::Value => match *b.get(i)? {
+                open @ (b'{' | b'[') => {
+                    stack.push((open == b'{', next.0, next.1));
+                    i = skip_ws(b, i + 1);
+                    if b.get(i) == Some(if open == b'{' { &b'}' } else { &b']' }) {
+                        stack.pop();
+                        i += 1;
+                        state = State::After;
+                    } else if open == b'{' {
+                        state = State::Key;
+                    }
+                }
+                _ => {
+                    i = skip_value(b, i)?;
+                    state = State::After;
+                }
+            },
+            State::Key => {
+                if b.get(i) != Some(&b'"') {
+                    return None;
+                }
+                let end = skip_string(b, i)?;
+                let raw = &b[i + 1..end - 1];
+                let decoded;
+                let key: &[u8] = if raw.contains(&b'\\') {
+                    decoded = serde_json::from_slice::<String>(&b[i..end]).ok()?;
+                    decoded.as_bytes()
+                } else {
+                    raw
+                };
+                i = skip_ws(b, end);
+                if b.get(i) != Some(&b':') {
+                    return None;
+                }
+                i = skip_ws(b, i + 1);
+                let &(_, alive, depth) = stack.last()?;
+                let (mut deeper, mut hit) = (0u64, false);
+                for (j, p) in paths.iter().enumerate().filter(|(j, _)| alive >> j & 1 == 1) {
+                    if p.get(depth).is_some_and(|name| name.as_bytes() == key) {
+                        if p.len() == depth + 1 {
+                            hit = true;
+                        } else {
+                            deeper |= 1 << j;
+                        }
+                    }
+                }
+                if hit || deeper == 0 {
+                    let end = skip_value(b, i)?;
+                    if hit {
+                        spans.push((i, end));
+                    }
+                    i = end;
+                    state = State::After;
+                } else {
+                    next = (deeper, depth + 1);
+                    state = State::Value;
+                }
             }
-            at = start + 1;
+            State::After => {
+                i = skip_ws(b, i);
+                let Some(&(object, alive, depth)) = stack.last() else {
+                    return (i == b.len()).then_some(());
+                };
+                match *b.get(i)? {
+                    b',' => {
+                        i = skip_ws(b, i + 1);
+                        if object {
+                            state = State::Key;
+                        } else {
+                            next = (alive, depth);
+                            state = State::Value;
+                        }
+                    }
+                    b'}' if object => {
+                        stack.pop();
+                        i += 1;
+                    }
+                    b']' if !object => {
+                        stack.pop();
+                        i += 1;
+                    }
+                    _ => return None,
+                }
+            }
         }
-        false
-    })
+    }
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
+        i += 1;
+    }
+    i
+}
+
+/// The end of the string starting with the quote at `i`.
+fn skip_string(b: &[u8], i: usize) -> Option<usize> {
+    let mut at = i + 1;
+    loop {
+        let j = at + memchr::memchr2(b'"', b'\\', b.get(at..)?)?;
+        if b[j] == b'"' {
+            return Some(j + 1);
+        }
+        at = j + 2;
+    }
+}
+
+/// The end of the value starting at `i` (whole objects and arrays skipped without recursion).
+fn skip_value(b: &[u8], mut i: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    loop {
+        match *b.get(i)? {
+            b'"' => {
+                i = skip_string(b, i)?;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                i += 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ if depth > 0 => i += 1,
+            _ => {
+                let start = i;
+                while i < b.len() && !matches!(b[i], b',' | b']' | b'}' | b':' | b' ' | b'\t' | b'\r' | b'\n') {
+                    i += 1;
+                }
+                return (i > start).then_some(i);
+            }
+        }
+    }
+}
+
+/// The `redact` setting, prepared once: the paths split at the dots (at most [`MAX_REDACT`]),
+/// and a searcher for each last name.
+pub struct Redact {
+    paths: Vec<Vec<String>>,
+    leaves: Vec<memchr::memmem::Finder<'static>>,
+}
+
+impl Redact {
+    /// From the dotted paths of the setting.
+    pub fn new(paths: &[String]) -> Redact {
+        let paths: Vec<Vec<String>> =
+            paths.iter().take(MAX_REDACT).map(|p| p.split('.').map(str::to_string).collect()).collect();
+        let leaves = paths
+            .iter()
+            .filter_map(|p| p.last())
+            .map(|leaf| memchr::memmem::Finder::new(format!("\"{leaf}\"").as_bytes()).into_owned())
+            .collect();
+        Redact { paths, leaves }
+    }
+
+    /// Whether there is nothing to redact.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    /// Appends `input` with the fields replaced (see [`write_redacted`]).
+    pub fn write(&self, input: &[u8], out: &mut String) {
+        let input = input.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(input).trim_ascii();
+        if self.may_hold(input) {
+            write_redacted(input, &self.paths, out);
+        } else {
+            write_input(input, out);
+        }
+    }
+
+    /// Whether `input` may hold a field to redact: a last name appears in it as a quoted
+    /// string, or it has an escape that could spell one (`\u0065mail`). Most inputs do not, and
+    /// are recorded without being scanned.
+    fn may_hold(&self, input: &[u8]) -> bool {
+        memchr::memchr_iter(b'\\', input).any(|i| matches!(input.get(i + 1), Some(b'u' | b'/')))
+            || self.leaves.iter().any(|f| f.find(input).is_some())
+    }
 }
 
 /// Replaces the value at `path` (through every element of the arrays on the way) with
@@ -567,17 +762,82 @@ mod tests {
             r#"{"card_number":"<redacted>","user":{"email":"<redacted>","name":"Ann"},"items":[{"secret":"<redacted>"},{"other":2}],"n":5},"redacted":true"#
         );
         out.clear();
-        write_redacted(br#"{"n":5}"#, &redact, &mut out);
+        Redact::new(&["card_number".into()]).write(br#"{"n":5}"#, &mut out);
         assert_eq!(out, r#"{"n":5}"#, "nothing to redact: no mark, no field added");
         out.clear();
         write_redacted(br#"{"n": "card_number", "m":5}"#, &redact, &mut out);
-        assert_eq!(out, r#"{"n":"card_number","m":5}"#, "a value that names a field: parsed, nothing redacted");
+        assert_eq!(out, r#"{"n": "card_number", "m":5}"#, "a value that names a field: nothing redacted");
         out.clear();
         write_redacted(br#"{"card\u005fnumber": "4111"}"#, &redact, &mut out);
-        assert_eq!(out, r#"{"card_number":"<redacted>"},"redacted":true"#, "an escaped name is found too");
+        assert_eq!(out, r#"{"card\u005fnumber": "<redacted>"},"redacted":true"#, "an escaped name is found too");
         out.clear();
-        write_redacted(b"{\n\"n\": 5}", &redact, &mut out);
+        Redact::new(&["card_number".into()]).write(b"{\n\"n\": 5}", &mut out);
         assert_eq!(out, r#"{ "n": 5}"#, "nothing to redact: the input as received");
+        out.clear();
+        Redact::new(&["card_number".into()]).write(br#"{"card\u005fnumber": 1, "x": "\/"}"#, &mut out);
+        assert_eq!(
+            out, r#"{"card\u005fnumber": "<redacted>", "x": "\/"},"redacted":true"#,
+            "the quick check sees escapes"
+        );
+        out.clear();
+        write_redacted(b"{\"card_number\": 1, \"card_number\": {\"a\": [1, \"}\"]}}", &redact, &mut out);
+        assert_eq!(
+            out, r#"{"card_number": "<redacted>", "card_number": "<redacted>"},"redacted":true"#,
+            "every occurrence"
+        );
+        out.clear();
+        write_redacted(br#"{"card_number": "4111""#, &redact, &mut out);
+        assert_eq!(out, r#"null,"redacted":true"#, "not JSON: not recorded");
+    }
+
+    /// The scanner against serde_json on generated inputs: the same value once parsed.
+    #[test]
+    fn redaction_agrees_with_parsing() {
+        let redact = [path("a"), path("b.c"), path("d.e.f")];
+        let mut x: u64 = 88172645463325252;
+        let mut rnd = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..2000 {
+            // a random value over the names a..f, depth at most 5
+            fn gen(rnd: &mut dyn FnMut(u64) -> u64, depth: u32) -> serde_json::Value {
+                match if depth > 4 { rnd(3) } else { rnd(6) } {
+                    0 => serde_json::json!(rnd(100)),
+                    1 => serde_json::json!("s}\"]\\{"),
+                    2 => serde_json::Value::Null,
+                    3 | 4 => {
+                        let n = rnd(4);
+                        let mut m = serde_json::Map::new();
+                        for _ in 0..n {
+                            let k = ["a", "b", "c", "d", "e", "f"][rnd(6) as usize];
+                            m.insert(k.to_string(), gen(rnd, depth + 1));
+                        }
+                        serde_json::Value::Object(m)
+                    }
+                    _ => serde_json::Value::Array((0..rnd(3)).map(|_| gen(rnd, depth + 1)).collect()),
+                }
+            }
+            let mut v = serde_json::Value::Object(Default::default());
+            for _ in 0..3 {
+                let k = ["a", "b", "d"][rnd(3) as usize];
+                v[k] = gen(&mut rnd, 1);
+            }
+            let text = if rnd(2) == 0 { serde_json::to_string_pretty(&v) } else { serde_json::to_string(&v) }.unwrap();
+            let mut want = v.clone();
+            let changed = redact.iter().fold(false, |c, p| redact_path(&mut want, p) | c);
+            let mut out = String::new();
+            write_redacted(text.as_bytes(), &redact, &mut out);
+            let (got, mark) = match out.strip_suffix(",\"redacted\":true") {
+                Some(g) => (g, true),
+                None => (out.as_str(), false),
+            };
+            assert!(!got.contains('\n'), "{got}");
+            assert_eq!(serde_json::from_str::<serde_json::Value>(got).unwrap(), want, "{text}");
+            assert_eq!(mark, changed, "{text}");
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::config::{Compress, KeepClass, SnapshotsConfig};
 use super::id::{unix_ms, with_thread_gen, SnapshotId};
-use super::record::{encode, write_redacted, Event, Scratch};
+use super::record::{encode, Event, Redact, Scratch};
 use super::segment::{self, Stream};
 use crate::metrics::worker_slot;
 
@@ -35,7 +35,7 @@ use crate::metrics::worker_slot;
 pub struct Settings {
     /// snapshots waiting for the writer, all cores together, in bytes (beyond: dropped)
     pub queue_bytes: usize,
-    /// the recent window `lookup` answers from, in bytes of snapshot lines
+    /// the memory of the recent window `lookup` answers from, in bytes (of buffer capacity)
     pub recent_bytes: usize,
     /// largest uncompressed batch in one zstd frame (a bigger flush is several frames)
     pub frame_bytes: usize,
@@ -122,6 +122,8 @@ pub struct Stats {
     pub disk_bytes: u64,
     /// segment files in the folder now (likewise)
     pub segments: u64,
+    /// memory held by the recent window, in bytes
+    pub recent_bytes: u64,
 }
 
 /// A handle on the recorder: cheap to clone into every worker. The writer stops (after a last
@@ -152,8 +154,8 @@ struct Shared {
     dir: PathBuf,
     config: SnapshotsConfig,
     settings: Settings,
-    /// `redact`, split at the dots
-    redact: Vec<Vec<String>>,
+    /// `redact`, prepared
+    redact: Redact,
     keep: Vec<KeepClass>,
     /// `sample_rate` as a threshold on 64 random bits; `u64::MAX`: keep all
     threshold: u64,
@@ -241,7 +243,7 @@ impl Recorder {
         let shared = Arc::new(Shared {
             dir: dir.clone(),
             config: config.clone(),
-            redact: config.redact.iter().map(|p| p.split('.').map(str::to_string).collect()).collect(),
+            redact: Redact::new(&config.redact),
             keep: config.always_keep.clone(),
             threshold,
             slots: (0..n_slots).map(|_| CachePadded::new(Slot::default())).collect(),
@@ -301,7 +303,7 @@ impl Recorder {
             let redacted = !s.redact.is_empty();
             if redacted {
                 scratch.redacted.clear();
-                write_redacted(ev.input, &s.redact, &mut scratch.redacted);
+                s.redact.write(ev.input, &mut scratch.redacted);
             }
             let mut bufs = slot.bufs.lock();
             let used = bufs.ordinary.len() + bufs.keep.len();
@@ -404,6 +406,7 @@ impl Recorder {
         out.lost = w.lost.load(Relaxed);
         out.disk_bytes = w.disk_bytes.load(Relaxed);
         out.segments = w.segments.load(Relaxed);
+        out.recent_bytes = s.recent.lock().bytes as u64;
         out
     }
 }
@@ -549,35 +552,49 @@ impl Writer {
     /// Takes every core's queued lines and writes them: one write per stream.
     fn write_queued(&mut self) {
         let s = self.s.clone();
-        let mut taken: Vec<(Stream, Arc<String>)> = Vec::new();
+        let mut swapped: Vec<(Stream, String)> = Vec::new();
         for slot in s.slots.iter() {
             let mut bufs = slot.bufs.lock();
             bufs.signalled = false;
             if !bufs.ordinary.is_empty() {
                 let spare = self.spares.pop().unwrap_or_default();
-                taken.push((Stream::Ordinary, Arc::new(std::mem::replace(&mut bufs.ordinary, spare))));
+                swapped.push((Stream::Ordinary, std::mem::replace(&mut bufs.ordinary, spare)));
             }
             if !bufs.keep.is_empty() {
                 let spare = self.spares.pop().unwrap_or_default();
-                taken.push((Stream::Keep, Arc::new(std::mem::replace(&mut bufs.keep, spare))));
+                swapped.push((Stream::Keep, std::mem::replace(&mut bufs.keep, spare)));
             }
             drop(bufs);
             slot.queued.store(0, Relaxed);
         }
-        if taken.is_empty() {
+        if swapped.is_empty() {
             return;
         }
+        // A buffer grown under load that holds little now is copied to its size (the window
+        // counts capacity, not length) and goes back to the workers.
+        let taken: Vec<(Stream, Arc<String>)> = swapped
+            .into_iter()
+            .map(|(stream, buf)| {
+                if buf.capacity() > 2 * buf.len() + (64 << 10) {
+                    let small = buf.as_str().to_owned();
+                    self.recycle(buf);
+                    (stream, Arc::new(small))
+                } else {
+                    (stream, Arc::new(buf))
+                }
+            })
+            .collect();
         // Into the recent window first, so that a lookup finds them while they are written.
         let mut evicted = Vec::new();
         {
             let mut recent = s.recent.lock();
             for (_, b) in &taken {
-                recent.bytes += b.len();
+                recent.bytes += b.capacity();
                 recent.batches.push_back(b.clone());
             }
             while recent.bytes > s.settings.recent_bytes {
                 let Some(old) = recent.batches.pop_front() else { break };
-                recent.bytes -= old.len();
+                recent.bytes -= old.capacity();
                 evicted.push(old);
             }
         }
@@ -588,14 +605,20 @@ impl Writer {
             }
         }
         drop(taken);
-        let max_spares = s.slots.len() * 2;
         for old in evicted {
-            if let Ok(mut buf) = Arc::try_unwrap(old) {
-                if self.spares.len() < max_spares && buf.capacity() <= s.slot_cap * 2 {
-                    buf.clear();
-                    self.spares.push(buf);
-                }
+            // a lookup may still hold it: then it is simply freed when the lookup is done
+            if let Ok(buf) = Arc::try_unwrap(old) {
+                self.recycle(buf);
             }
+        }
+    }
+
+    /// Keeps an emptied buffer for a worker (one spare per core at most, none larger than two
+    /// shares of the queue), or frees it.
+    fn recycle(&mut self, mut buf: String) {
+        if self.spares.len() < self.s.slots.len() && buf.capacity() <= self.s.slot_cap * 2 {
+            buf.clear();
+            self.spares.push(buf);
         }
     }
 
