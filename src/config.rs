@@ -7,6 +7,7 @@
 //! default silently. Files written on Windows work: a UTF-8 BOM, CRLF line ends, backslashes in
 //! relative paths and double-quoted paths with backslashes.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
@@ -19,6 +20,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::{quote, Diagnostic};
+use crate::snapshot::SnapshotsConfig;
 use crate::suggest::did_you_mean;
 use crate::yaml::{self, DeErrorKind};
 
@@ -56,8 +58,9 @@ pub struct Config {
     pub cors: Option<Cors>,
     /// the Clef router (SPEC §7): accepted, not implemented by this version yet
     pub router: Option<serde_json::Value>,
-    /// decision snapshots (SPEC §8): accepted, not implemented by this version yet
-    pub snapshots: Option<serde_json::Value>,
+    /// decision snapshots (SPEC §8.1)
+    #[serde(deserialize_with = "section")]
+    pub snapshots: SnapshotsConfig,
     /// online tuning (SPEC §9): accepted, not implemented by this version yet
     pub tuning: Option<serde_json::Value>,
 }
@@ -120,10 +123,28 @@ pub struct Model {
     pub default_table: Option<String>,
     /// reload changed tables without a restart
     pub watch_file: bool,
-    /// shadow tables (SPEC §8.3): accepted, not implemented by this version yet
-    pub shadow: Option<serde_json::Value>,
-    /// canary tables: accepted, not implemented by this version yet
-    pub canary: Option<serde_json::Value>,
+    /// shadow tables (SPEC §8.3): `{served table: candidate}`; the candidate decides every
+    /// decision of the served table too, and only its agreement is counted and recorded
+    #[serde(deserialize_with = "section")]
+    pub shadow: BTreeMap<String, String>,
+    /// canary tables (SPEC §8.3): `{served table: {table, share, key}}`
+    #[serde(deserialize_with = "section")]
+    pub canary: BTreeMap<String, Canary>,
+}
+
+/// One entry of `model.canary`: a stable, hashed share of a table's traffic served by a candidate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Canary {
+    /// the candidate table that serves the share
+    #[serde(deserialize_with = "text")]
+    pub table: String,
+    /// the share of decisions (by hashed key) the candidate serves, in [0, 1]
+    pub share: f64,
+    /// the input field (dotted path) whose value picks the table: the same value always gets
+    /// the same table. Without it, each decision is drawn at random
+    #[serde(default, deserialize_with = "opt_text")]
+    pub key: Option<String>,
 }
 
 /// `admin:` — the admin listener.
@@ -236,8 +257,8 @@ impl Default for Model {
             decision_table_path: None,
             default_table: None,
             watch_file: true,
-            shadow: None,
-            canary: None,
+            shadow: BTreeMap::new(),
+            canary: BTreeMap::new(),
         }
     }
 }
@@ -264,13 +285,7 @@ impl Config {
 
     /// Warnings about keys this version accepts but does not act on yet.
     pub fn warnings(&self) -> Vec<String> {
-        let later = [
-            ("router", self.router.is_some()),
-            ("snapshots", self.snapshots.is_some()),
-            ("tuning", self.tuning.is_some()),
-            ("model.shadow", self.model.shadow.is_some()),
-            ("model.canary", self.model.canary.is_some()),
-        ];
+        let later = [("router", self.router.is_some()), ("tuning", self.tuning.is_some())];
         later
             .iter()
             .filter(|(_, given)| *given)
@@ -565,6 +580,11 @@ fn resolve(
     let warnings = warnings.into_iter().map(|d| d.message).collect();
     config.model.tables_dir = Some(tables_dir.clone());
     config.model.decision_table_path = decision_table_path.clone();
+    config.snapshots.dir = if config.snapshots.dir.as_os_str().is_empty() {
+        state_dir.join("snapshots")
+    } else {
+        resolve_path(&base_dir, &config.snapshots.dir)
+    };
     config.state_dir = Some(state_dir.clone());
     Ok(Loaded {
         config,
@@ -900,6 +920,48 @@ fn review(l: &mut Layered, machine: &Machine) -> (Vec<Diagnostic>, Vec<Diagnosti
                     dir.display()
                 ),
             ));
+        }
+    }
+
+    for (key, message) in l.config.snapshots.problems() {
+        let mut keys = vec!["snapshots"];
+        keys.extend(key.split('.'));
+        errors.push(l.at_value(&keys, format!("`snapshots.{key}`: {message}")));
+    }
+    for (served, candidate) in &l.config.model.shadow {
+        if served == candidate {
+            errors.push(l.at_value(
+                &["model", "shadow", served],
+                format!("`model.shadow.{served}` names the table itself: a shadow is another table (a candidate) to compare with"),
+            ));
+        }
+    }
+    for (served, canary) in &l.config.model.canary {
+        let keys = ["model", "canary", served.as_str()];
+        if canary.table == *served {
+            errors.push(l.at_value(
+                &keys,
+                format!(
+                    "`model.canary.{served}.table` names the table itself: a canary is another table (a candidate)"
+                ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&canary.share) {
+            errors.push(l.at_value(
+                &keys,
+                format!(
+                    "`model.canary.{served}.share` is {}: write the share of traffic the candidate serves, from 0 to 1 (0.05 = 5%)",
+                    canary.share
+                ),
+            ));
+        }
+        if let Some(key) = &canary.key {
+            if key.is_empty() || key.split('.').any(str::is_empty) {
+                errors.push(l.at_value(
+                    &keys,
+                    format!("`model.canary.{served}.key` `{key}` is not a field path: write names joined by dots, like `user.id`"),
+                ));
+            }
         }
     }
 

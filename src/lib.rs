@@ -16,6 +16,7 @@ pub mod input;
 pub mod logging;
 pub mod metrics;
 pub mod server;
+pub mod snapshot;
 pub mod suggest;
 pub mod table;
 pub mod yaml;

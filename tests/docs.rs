@@ -246,7 +246,8 @@ fn set<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> BTreeSet<String> {
 /// Every key path of a serialized value, with the value at each leaf (objects are walked into).
 fn leaves(prefix: &str, v: &Json, out: &mut BTreeMap<String, Json>) {
     match v {
-        Json::Object(map) => {
+        // a mapping of the user's names (`model.shadow`) is one key, `{}` by default
+        Json::Object(map) if !map.is_empty() => {
             for (k, v) in map {
                 let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
                 leaves(&path, v, out);

@@ -4,6 +4,7 @@ mod bench;
 mod check;
 mod decide;
 mod flash;
+mod replay;
 mod serve;
 pub mod tests;
 
@@ -81,6 +82,33 @@ enum Command {
         #[command(subcommand)]
         command: FlashCommand,
     },
+    /// Replay recorded decision snapshots through a table and score it.
+    Replay {
+        /// snapshot files (plain or zstd NDJSON) or folders of them
+        #[arg(required = true)]
+        snapshots: Vec<PathBuf>,
+        /// the table file to replay through; only snapshots of its name are replayed
+        #[arg(long, value_name = "TABLE")]
+        table: PathBuf,
+        /// a second table file, scored side by side
+        #[arg(long, value_name = "TABLE")]
+        against: Option<PathBuf>,
+        /// replay every snapshot, whatever table recorded it
+        #[arg(long)]
+        any_table: bool,
+        /// print one JSON object
+        #[arg(long)]
+        json: bool,
+        /// the latency budget per decision, in microseconds
+        #[arg(long, value_name = "N", default_value_t = 50_000.0)]
+        sla_us: f64,
+        /// the CPU budget per decision, in microseconds
+        #[arg(long, value_name = "N", default_value_t = 1.0)]
+        cost_budget_us: f64,
+        /// example inputs shown per changed rule
+        #[arg(long, value_name = "N", default_value_t = 3)]
+        examples: usize,
+    },
     /// Print the version.
     Version,
 }
@@ -122,6 +150,11 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
             flash::compile(&source, output.as_deref())
         }
         Command::Flash { command: FlashCommand::Inspect { file } } => flash::inspect(&file),
+        Command::Replay { snapshots, table, against, any_table, json, sla_us, cost_budget_us, examples } => {
+            let options =
+                crate::snapshot::replay::Options { table, against, any_table, sla_us, cost_budget_us, examples };
+            replay::run(&snapshots, &options, json)
+        }
         Command::Version => {
             println!("clef {}", env!("CARGO_PKG_VERSION"));
             0

@@ -1,0 +1,285 @@
+//! Snapshot ids: UUIDv7 (RFC 9562), unique and strictly increasing within each thread, also
+//! when the wall clock steps back (a Pi has no real-time clock and jumps when NTP syncs).
+//!
+//! Layout (RFC 9562 §5.7, with the monotonic counter of §6.2 method 1):
+//!
+//! ```text
+//!  48 bits  unix time in ms: max(clock, the last ms this thread used)
+//!   4 bits  version 7
+//!  12 bits  counter, high part
+//!   2 bits  variant 0b10
+//!  30 bits  counter, low part
+//!  32 bits  random
+//! ```
+//!
+//! The 42-bit counter starts at a random value below 2^41 for each new millisecond and goes up
+//! by one for every id of the same millisecond, so ids of one thread strictly increase; when the
+//! clock goes back, the thread keeps its last millisecond and counts on. Should the counter ever
+//! run out (2^41 ids in one millisecond), the millisecond is borrowed from the future. The random
+//! start and the 32 random bits keep the ids of different threads and processes apart.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::str::FromStr;
+use std::time::SystemTime;
+
+const COUNTER_BITS: u32 = 42;
+const COUNTER_MAX: u64 = (1 << COUNTER_BITS) - 1;
+/// A new millisecond's counter starts below this: 2^41 ids of headroom.
+const COUNTER_START: u64 = 1 << (COUNTER_BITS - 1);
+
+/// A snapshot id: a UUIDv7.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SnapshotId(u128);
+
+impl SnapshotId {
+    /// The id from its 128 bits.
+    pub const fn from_u128(v: u128) -> SnapshotId {
+        SnapshotId(v)
+    }
+
+    /// The 128 bits.
+    pub const fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// The unix time in milliseconds the id carries.
+    pub const fn unix_ms(self) -> u64 {
+        (self.0 >> 80) as u64
+    }
+
+    /// The canonical text: 36 lower-case characters, `0193b3c4-…`.
+    pub fn text(self) -> IdText {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 36];
+        let mut o = 0;
+        for i in 0..32 {
+            if matches!(i, 8 | 12 | 16 | 20) {
+                out[o] = b'-';
+                o += 1;
+            }
+            out[o] = HEX[((self.0 >> (124 - 4 * i)) & 0xf) as usize];
+            o += 1;
+        }
+        IdText(out)
+    }
+
+    /// Reads an id written as 36 characters with hyphens (`0193b3c4-5d6e-7f80-9a1b-2c3d4e5f6a7b`)
+    /// or as 32 hex digits, in either case. Any UUID is accepted (not only version 7): an id that
+    /// was never recorded is simply not found.
+    pub fn parse(s: &str) -> Option<SnapshotId> {
+        let b = s.as_bytes();
+        let hyphens = match b.len() {
+            36 => true,
+            32 => false,
+            _ => return None,
+        };
+        let mut v: u128 = 0;
+        for (i, &c) in b.iter().enumerate() {
+            if hyphens && matches!(i, 8 | 13 | 18 | 23) {
+                if c != b'-' {
+                    return None;
+                }
+                continue;
+            }
+            let d = (c as char).to_digit(16)?;
+            v = (v << 4) | d as u128;
+        }
+        Some(SnapshotId(v))
+    }
+}
+
+impl fmt::Display for SnapshotId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text().as_str())
+    }
+}
+
+impl fmt::Debug for SnapshotId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SnapshotId({})", self.text().as_str())
+    }
+}
+
+impl FromStr for SnapshotId {
+    type Err = InvalidId;
+
+    fn from_str(s: &str) -> Result<SnapshotId, InvalidId> {
+        SnapshotId::parse(s).ok_or(InvalidId)
+    }
+}
+
+/// A text that is not a snapshot id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InvalidId;
+
+impl fmt::Display for InvalidId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a snapshot id is a UUID: 36 characters like 0193b3c4-5d6e-7f80-9a1b-2c3d4e5f6a7b")
+    }
+}
+
+impl std::error::Error for InvalidId {}
+
+/// The text of an id on the stack (no allocation).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct IdText([u8; 36]);
+
+impl IdText {
+    /// As a `&str`.
+    pub fn as_str(&self) -> &str {
+        // only ASCII hex digits and hyphens are ever written
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for IdText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Debug for IdText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+/// A small fast random generator (wyrand): for the random bits of ids and for sampling, where
+/// speed matters and unpredictability to an attacker does not.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// A generator seeded from the process's random hashing keys, the thread and the time.
+    pub fn from_entropy() -> Rng {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64);
+        std::hash::Hash::hash(&std::thread::current().id(), &mut h);
+        Rng(h.finish())
+    }
+
+    /// The next 64 random bits.
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0xa076_1d64_78bd_642f);
+        let t = u128::from(self.0).wrapping_mul(u128::from(self.0 ^ 0xe703_7ed1_a0b4_28db));
+        ((t >> 64) ^ t) as u64
+    }
+}
+
+/// One thread's id generator. The clock is the caller's: [`IdGen::next`] takes the time, so
+/// tests can step it back.
+#[derive(Clone, Debug)]
+pub struct IdGen {
+    last_ms: u64,
+    counter: u64,
+    rng: Rng,
+}
+
+impl IdGen {
+    /// A generator whose random bits come from `rng`.
+    pub fn new(rng: Rng) -> IdGen {
+        IdGen { last_ms: 0, counter: 0, rng }
+    }
+
+    /// The next id at wall-clock time `now_ms` (unix milliseconds): greater than every id this
+    /// generator made before, whatever `now_ms` is.
+    #[inline]
+    pub fn next(&mut self, now_ms: u64) -> SnapshotId {
+        let now_ms = now_ms.min((1 << 48) - 1);
+        if now_ms > self.last_ms {
+            self.last_ms = now_ms;
+            self.counter = self.rng.next_u64() & (COUNTER_START - 1);
+        } else if self.counter < COUNTER_MAX {
+            self.counter += 1;
+        } else {
+            self.last_ms += 1;
+            self.counter = self.rng.next_u64() & (COUNTER_START - 1);
+        }
+        let random = self.rng.next_u64() & 0xffff_ffff;
+        let ms = u128::from(self.last_ms);
+        let hi = u128::from(self.counter >> 30); // 12 bits
+        let lo = u128::from(self.counter & ((1 << 30) - 1)); // 30 bits
+        SnapshotId((ms << 80) | (0x7 << 76) | (hi << 64) | (0b10 << 62) | (lo << 32) | u128::from(random))
+    }
+
+    /// The generator's random numbers (also used for sampling).
+    #[inline]
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+}
+
+thread_local! {
+    static GEN: RefCell<IdGen> = RefCell::new(IdGen::new(Rng::from_entropy()));
+}
+
+/// Unix milliseconds of `t` (0 before 1970).
+#[inline]
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// A new id from this thread's generator, for a decision made at `t`.
+#[inline]
+pub fn next_id_at(t: SystemTime) -> SnapshotId {
+    with_thread_gen(|g| g.next(unix_ms(t)))
+}
+
+/// A new id from this thread's generator, now. Decisions that are not recorded (snapshots off,
+/// tuning) can still be given an id this way.
+pub fn next_id() -> SnapshotId {
+    next_id_at(SystemTime::now())
+}
+
+/// Runs `f` with this thread's generator (ids and sampling share it).
+#[inline]
+pub(crate) fn with_thread_gen<R>(f: impl FnOnce(&mut IdGen) -> R) -> R {
+    GEN.with(|g| f(&mut g.borrow_mut()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_uuid_v7() {
+        let mut g = IdGen::new(Rng::new(7));
+        let id = g.next(1_764_491_025_123);
+        let text = id.text();
+        assert_eq!(text.len(), 36);
+        assert_eq!(&text[14..15], "7", "version nibble: {}", text.as_str());
+        assert!(matches!(&text[19..20], "8" | "9" | "a" | "b"), "variant: {}", text.as_str());
+        assert_eq!(id.unix_ms(), 1_764_491_025_123);
+        assert_eq!(SnapshotId::parse(&text), Some(id));
+        assert_eq!(SnapshotId::parse(&text.replace('-', "")), Some(id));
+        assert_eq!(SnapshotId::parse(&text.to_uppercase()), Some(id));
+        assert_eq!(SnapshotId::parse("not-an-id"), None);
+        assert_eq!(SnapshotId::parse(&text.replacen('-', "x", 1)), None);
+    }
+
+    #[test]
+    fn strictly_increasing_when_the_clock_steps_back_and_the_counter_runs_out() {
+        let mut g = IdGen::new(Rng::new(1));
+        let mut last = g.next(1000);
+        for now in [1000, 999, 5, 1000, 2000, 1500, 2000, 2001] {
+            let id = g.next(now);
+            assert!(id > last, "{id} after {last} at {now}");
+            assert!(id.text().as_str() > last.text().as_str(), "text order follows id order");
+            last = id;
+        }
+        g.counter = COUNTER_MAX - 1;
+        let a = g.next(0);
+        let b = g.next(0);
+        assert!(b > a && a > last);
+        assert_eq!(b.unix_ms(), a.unix_ms() + 1, "the millisecond is borrowed from the future");
+    }
+}

@@ -1,0 +1,346 @@
+//! Reading segments back, streaming: files and folders of plain NDJSON and zstd segments (told
+//! apart by their first bytes, not their names), line by line, in bounded memory.
+//!
+//! Whatever a crash left behind is skipped and counted, never fatal: in a plain segment, a last
+//! line without its `\n`; in a zstd segment, a last frame that is incomplete (or whose checksum
+//! fails): its lines are not used at all, and everything before it is. A damaged frame in the
+//! middle of a file (which clef itself never leaves: it starts a new segment after a failed
+//! write) is skipped up to the next frame's magic number.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use zstd::zstd_safe::{DCtx, InBuffer, OutBuffer, ResetDirective};
+
+/// The first bytes of a zstd frame.
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+/// Bytes read from a file at a time.
+const CHUNK: usize = 256 << 10;
+/// The longest line (or decoded zstd frame) a reader holds; longer ones are skipped.
+pub const MAX_LINE: usize = 64 << 20;
+
+/// What a reader met besides complete lines.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// files opened
+    pub files: u64,
+    /// complete lines handed out
+    pub lines: u64,
+    /// files that ended in a torn line or frame (skipped)
+    pub torn_tails: u64,
+    /// bytes of those torn tails
+    pub torn_bytes: u64,
+    /// damaged zstd frames or over-long lines in the middle of a file (skipped)
+    pub damaged: u64,
+    /// files that could not be read, with why
+    pub unreadable: Vec<(PathBuf, String)>,
+}
+
+/// The snapshot files a list of paths names: files as given, folders by the segment-like files
+/// directly inside them (`*.ndjson`, `*.ndjson.zst`, `*.jsonl`, `*.jsonl.zst`), sorted by name
+/// (clef's segment names sort in the order they were written).
+pub fn expand(paths: &[PathBuf]) -> io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+        if meta.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.is_file() && is_snapshot_name(f))
+                .collect();
+            found.sort();
+            out.extend(found);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn is_snapshot_name(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    !name.starts_with('.') && [".ndjson", ".ndjson.zst", ".jsonl", ".jsonl.zst"].iter().any(|ext| name.ends_with(ext))
+}
+
+enum Kind {
+    Plain,
+    Zstd(Box<DCtx<'static>>),
+}
+
+struct Current {
+    file: File,
+    path: PathBuf,
+    kind: Kind,
+    eof: bool,
+    /// zstd: compressed bytes read and not yet decoded, from `in_pos`
+    input: Vec<u8>,
+    in_pos: usize,
+    /// zstd: input consumed since the last complete frame
+    frame_bytes_in: u64,
+    /// zstd: skipping to the next magic number after a damaged frame
+    resync: bool,
+    /// plain: skipping the rest of an over-long line
+    skipping: bool,
+}
+
+/// Streams the complete lines of snapshot files, one file after the other.
+pub struct SnapshotReader {
+    files: VecDeque<PathBuf>,
+    cur: Option<Current>,
+    /// plain: the read buffer; zstd: the decoded frame. Lines are served from `pos`.
+    data: Vec<u8>,
+    pos: usize,
+    stats: ReadStats,
+}
+
+impl SnapshotReader {
+    /// A reader of `paths` (see [`expand`]).
+    pub fn open(paths: &[PathBuf]) -> io::Result<SnapshotReader> {
+        Ok(SnapshotReader::of_files(expand(paths)?))
+    }
+
+    /// A reader of exactly these files, in this order.
+    pub fn of_files(files: Vec<PathBuf>) -> SnapshotReader {
+        SnapshotReader { files: files.into(), cur: None, data: Vec::new(), pos: 0, stats: ReadStats::default() }
+    }
+
+    /// What was met so far.
+    pub fn stats(&self) -> &ReadStats {
+        &self.stats
+    }
+
+    /// The next complete line (without its `\n`; blank lines are skipped), or `None` at the end
+    /// of the last file.
+    pub fn next_line(&mut self) -> Option<&[u8]> {
+        loop {
+            if self.cur.is_none() && !self.open_next()? {
+                continue;
+            }
+            if let Some((a, b)) = self.line_in_data() {
+                self.stats.lines += 1;
+                return Some(&self.data[a..b]);
+            }
+            let more = match self.cur.as_ref().map(|c| matches!(c.kind, Kind::Plain)) {
+                Some(true) => self.fill_plain(),
+                _ => self.fill_zstd(),
+            };
+            if !more {
+                self.cur = None;
+                self.data.clear();
+                self.pos = 0;
+            }
+        }
+    }
+
+    /// Opens the next file; `None` when there is none, `Some(false)` when it cannot be read.
+    fn open_next(&mut self) -> Option<bool> {
+        let path = self.files.pop_front()?;
+        self.data.clear();
+        self.pos = 0;
+        let mut file = match crate::files::open_regular(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                self.stats.unreadable.push((path, e.to_string()));
+                return Some(false);
+            }
+        };
+        self.stats.files += 1;
+        let mut head = Vec::with_capacity(CHUNK);
+        if let Err(e) = (&mut file).take(CHUNK as u64).read_to_end(&mut head) {
+            self.stats.unreadable.push((path, e.to_string()));
+            return Some(false);
+        }
+        let kind = if head.starts_with(&ZSTD_MAGIC) { Kind::Zstd(Box::new(DCtx::create())) } else { Kind::Plain };
+        let eof = head.len() < CHUNK;
+        let mut cur = Current {
+            file,
+            path,
+            kind,
+            eof,
+            input: Vec::new(),
+            in_pos: 0,
+            frame_bytes_in: 0,
+            resync: false,
+            skipping: false,
+        };
+        match cur.kind {
+            Kind::Plain => self.data = head,
+            Kind::Zstd(_) => cur.input = head,
+        }
+        self.cur = Some(cur);
+        Some(true)
+    }
+
+    /// The next line within `data` from `pos`, as a range.
+    fn line_in_data(&mut self) -> Option<(usize, usize)> {
+        loop {
+            let rest = &self.data[self.pos..];
+            let i = memchr::memchr(b'\n', rest)?;
+            let (a, b) = (self.pos, self.pos + i);
+            self.pos = b + 1;
+            let skipping = self.cur.as_mut().is_some_and(|c| std::mem::take(&mut c.skipping));
+            if skipping || self.data[a..b].trim_ascii().is_empty() {
+                continue;
+            }
+            return Some((a, b));
+        }
+    }
+
+    /// Plain: reads more; false at the end of the file (after counting a torn tail).
+    fn fill_plain(&mut self) -> bool {
+        let Some(cur) = self.cur.as_mut() else { return false };
+        if self.pos > 0 {
+            self.data.drain(..self.pos);
+            self.pos = 0;
+        }
+        if self.data.len() > MAX_LINE {
+            // an over-long line: drop what we have of it and skip to its end
+            if !cur.skipping {
+                self.stats.damaged += 1;
+            }
+            cur.skipping = true;
+            self.data.clear();
+        }
+        if cur.eof {
+            let tail = &self.data[..];
+            if !cur.skipping && tail.iter().any(|b| !b.is_ascii_whitespace()) {
+                self.stats.torn_tails += 1;
+                self.stats.torn_bytes += tail.len() as u64;
+            }
+            return false;
+        }
+        match read_chunk(&mut cur.file, &mut self.data) {
+            Ok(0) => cur.eof = true,
+            Ok(_) => {}
+            Err(e) => {
+                self.stats.unreadable.push((cur.path.clone(), e.to_string()));
+                cur.eof = true;
+            }
+        }
+        true
+    }
+
+    /// Zstd: decodes the next complete frame into `data`; false at the end of the file (after
+    /// counting a torn last frame).
+    fn fill_zstd(&mut self) -> bool {
+        let Some(cur) = self.cur.as_mut() else { return false };
+        let Kind::Zstd(dctx) = &mut cur.kind else { return false };
+        self.data.clear();
+        self.pos = 0;
+        loop {
+            if cur.in_pos == cur.input.len() {
+                if cur.eof {
+                    if cur.frame_bytes_in > 0 || !self.data.is_empty() {
+                        self.stats.torn_tails += 1;
+                        self.stats.torn_bytes += cur.frame_bytes_in;
+                    }
+                    self.data.clear();
+                    return false;
+                }
+                cur.input.clear();
+                cur.in_pos = 0;
+                match read_chunk(&mut cur.file, &mut cur.input) {
+                    Ok(0) => cur.eof = true,
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.stats.unreadable.push((cur.path.clone(), e.to_string()));
+                        cur.eof = true;
+                        cur.input.clear();
+                    }
+                }
+                continue;
+            }
+            if cur.resync {
+                let rest = &cur.input[cur.in_pos..];
+                match memchr::memmem::find(rest, &ZSTD_MAGIC) {
+                    Some(i) => {
+                        cur.in_pos += i;
+                        cur.resync = false;
+                    }
+                    None if cur.eof => cur.in_pos = cur.input.len(),
+                    None => {
+                        // keep the last 3 bytes: a magic number may straddle two reads
+                        let start = cur.input.len() - rest.len().min(3);
+                        cur.input.drain(..start);
+                        cur.in_pos = 0;
+                        match read_chunk(&mut cur.file, &mut cur.input) {
+                            Ok(n) => cur.eof = n == 0,
+                            Err(e) => {
+                                self.stats.unreadable.push((cur.path.clone(), e.to_string()));
+                                cur.eof = true;
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            if self.data.len() > MAX_LINE {
+                self.stats.damaged += 1;
+                self.data.clear();
+                let _ = dctx.reset(ResetDirective::SessionOnly);
+                cur.frame_bytes_in = 0;
+                cur.in_pos += 1;
+                cur.resync = true;
+                continue;
+            }
+            self.data.reserve(CHUNK);
+            let before = cur.in_pos;
+            let mut input = InBuffer::around(&cur.input[cur.in_pos..]);
+            let filled = self.data.len();
+            let mut output = OutBuffer::around_pos(&mut self.data, filled);
+            let result = dctx.decompress_stream(&mut output, &mut input);
+            let consumed = input.pos();
+            cur.in_pos = before + consumed;
+            cur.frame_bytes_in += consumed as u64;
+            match result {
+                Ok(0) => {
+                    cur.frame_bytes_in = 0;
+                    if !self.data.is_empty() {
+                        if self.data.last() != Some(&b'\n') {
+                            // a frame clef wrote always ends a line; keep what is whole
+                            self.data.push(b'\n');
+                        }
+                        return true;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    self.stats.damaged += 1;
+                    self.data.clear();
+                    let _ = dctx.reset(ResetDirective::SessionOnly);
+                    cur.frame_bytes_in = 0;
+                    cur.resync = true;
+                    if consumed == 0 {
+                        cur.in_pos += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Appends up to [`CHUNK`] bytes of `file` to `buf`; how many.
+fn read_chunk(file: &mut File, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let old = buf.len();
+    buf.resize(old + CHUNK, 0);
+    loop {
+        match file.read(&mut buf[old..]) {
+            Ok(n) => {
+                buf.truncate(old + n);
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                buf.truncate(old);
+                return Ok(0);
+            }
+            Err(e) => {
+                buf.truncate(old);
+                return Err(e);
+            }
+        }
+    }
+}

@@ -1,0 +1,936 @@
+//! `clef replay` (SPEC §8.2): recorded decisions through a table (and optionally a second one),
+//! scored.
+//!
+//! Snapshots stream from the [`SnapshotReader`] in chunks (at most [`CHUNK_RECORDS`] records or
+//! [`CHUNK_BYTES`] bytes): a chunk is parsed, then decided by each table in one timed run (the
+//! thread's CPU time around the run, the wall clock around each decision), then judged. Memory
+//! stays that of one chunk, one zstd frame and the tables, however large the snapshots are.
+//!
+//! Each snapshot is replayed as it was decided: the rules switched off at that moment are
+//! switched off, and a tuning variant's params replace the table's (a Jev table is rebuilt from
+//! its source for each such combination, and kept). The action is compared with the snapshot's
+//! `expected` label when it has one, else with the recorded action.
+//!
+//! score = 50·correctness + 25·latency + 15·cost + 10·audit, each in [0, 1]: latency is the
+//! share of decisions within the SLA, cost is min(1, budget / CPU time per decision), audit the
+//! share of snapshots with every field of SPEC §8.1.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use serde_json::{json, Value as Json};
+
+use super::reader::{ReadStats, SnapshotReader};
+use super::record::{json_str, RawRecord};
+use crate::expr::json::write_json_string;
+use crate::input::InputError;
+use crate::table::{Decision, Limits, Table, TableKind};
+
+/// Records per chunk.
+pub const CHUNK_RECORDS: usize = 2048;
+/// Bytes of snapshot lines per chunk.
+pub const CHUNK_BYTES: usize = 4 << 20;
+/// Variant tables (switched-off rules, tuning params) kept per table.
+const MAX_VARIANTS: usize = 256;
+/// Inputs longer than this are cut in the text report's examples.
+const TEXT_INPUT_CHARS: usize = 160;
+
+/// What to replay and how to score it.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// the table file to replay through
+    pub table: PathBuf,
+    /// a second table, scored side by side
+    pub against: Option<PathBuf>,
+    /// replay every snapshot, not only those of the table's name
+    pub any_table: bool,
+    /// the latency budget per decision, in microseconds
+    pub sla_us: f64,
+    /// the CPU budget per decision, in microseconds
+    pub cost_budget_us: f64,
+    /// example inputs kept per changed rule
+    pub examples: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            table: PathBuf::new(),
+            against: None,
+            any_table: false,
+            sla_us: 50_000.0,
+            cost_budget_us: 1.0,
+            examples: 3,
+        }
+    }
+}
+
+/// A decision whose outcome changed, as an example.
+#[derive(Clone, Debug)]
+pub struct Example {
+    /// the snapshot's id
+    pub snapshot_id: String,
+    /// its input (raw JSON)
+    pub input: String,
+    /// the recorded rule (`None`: no rule matched)
+    pub recorded_rule: Option<String>,
+    /// the recorded action (raw JSON)
+    pub recorded_action: String,
+    /// the rule now (`None`: no rule matched)
+    pub replayed_rule: Option<String>,
+    /// the action now (raw JSON), or the error code when the table refused the input
+    pub replayed_action: Result<String, String>,
+}
+
+/// A rule whose outcomes changed.
+#[derive(Clone, Debug, Default)]
+pub struct ChangedRule {
+    /// decisions this rule took part in that changed (lost + gained, or its action changed)
+    pub count: u64,
+    /// decisions the rule made when recorded and no longer makes
+    pub lost: u64,
+    /// decisions the rule makes now and did not make when recorded
+    pub gained: u64,
+    /// the first few
+    pub examples: Vec<Example>,
+}
+
+/// The figures of one table.
+#[derive(Clone, Debug)]
+pub struct Scored {
+    /// the table's name
+    pub table: String,
+    /// its version
+    pub version: String,
+    /// snapshots replayed
+    pub decisions: u64,
+    /// snapshots with a recorded action or an `expected` label
+    pub judged: u64,
+    /// of those, decided with the same action
+    pub correct: u64,
+    /// snapshots whose rule or action changed
+    pub changed: u64,
+    /// inputs the table refused now (schema, …)
+    pub refused: u64,
+    /// snapshots whose switched-off rules or params could not be applied
+    pub unapplied: u64,
+    /// evaluation time per decision (parsing included)
+    pub latency: Histogram,
+    /// decisions within the SLA
+    pub within_sla: u64,
+    /// CPU time of the decisions, in nanoseconds
+    pub cpu_ns: u64,
+    /// snapshots carrying every field of SPEC §8.1
+    pub complete: u64,
+    /// by rule id (`None`: no rule matched)
+    pub changed_rules: BTreeMap<Option<String>, ChangedRule>,
+}
+
+/// What `clef replay` found.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// the table
+    pub table: Scored,
+    /// the second table, with `--against`
+    pub against: Option<Scored>,
+    /// what reading met
+    pub read: ReadStats,
+    /// lines that were not snapshots
+    pub unparsable: u64,
+    /// snapshots of other tables, not replayed
+    pub other_tables: u64,
+    /// evaluation latencies as recorded
+    pub recorded_latency: Histogram,
+    /// the table versions the snapshots were recorded with (the 16 most common … at most)
+    pub recorded_versions: BTreeMap<String, u64>,
+    /// wall time of the whole replay
+    pub wall: Duration,
+    /// the process's peak resident memory, in bytes
+    pub peak_rss_bytes: u64,
+    /// the options
+    pub options: Options,
+}
+
+/// Replays the snapshots in `paths` as `options` say.
+pub fn run(paths: &[PathBuf], options: &Options) -> Result<Report, String> {
+    let started = Instant::now();
+    let limits = Limits::default();
+    let mut lanes = vec![Lane::load(&options.table, &limits)?];
+    if let Some(t2) = &options.against {
+        lanes.push(Lane::load(t2, &limits)?);
+    }
+    let mut reader = SnapshotReader::open(paths).map_err(|e| format!("cannot read the snapshots: {e}"))?;
+    let name_json = {
+        let mut s = String::new();
+        write_json_string(&lanes[0].base.name, &mut s);
+        s
+    };
+    let clock = clock_overhead_ns();
+    let sla_ns = (options.sla_us * 1000.0).max(0.0) as u64;
+    let mut report_extra = Extra::default();
+    let mut chunk: Vec<u8> = Vec::with_capacity(CHUNK_BYTES + (64 << 10));
+    let mut ends: Vec<usize> = Vec::with_capacity(CHUNK_RECORDS);
+    let mut outcomes: Vec<(Result<Decision, InputError>, u64)> = Vec::with_capacity(CHUNK_RECORDS);
+    loop {
+        chunk.clear();
+        ends.clear();
+        while ends.len() < CHUNK_RECORDS && chunk.len() < CHUNK_BYTES {
+            let Some(line) = reader.next_line() else { break };
+            chunk.extend_from_slice(line);
+            ends.push(chunk.len());
+        }
+        if ends.is_empty() {
+            break;
+        }
+        // parse and select
+        let mut items: Vec<RawRecord<'_>> = Vec::with_capacity(ends.len());
+        let mut start = 0;
+        for &end in &ends {
+            let line = &chunk[start..end];
+            start = end;
+            let Ok(rec) = RawRecord::parse(line) else {
+                report_extra.unparsable += 1;
+                continue;
+            };
+            if !options.any_table && !same_table(&rec, &name_json, &lanes[0].base.name) {
+                report_extra.other_tables += 1;
+                continue;
+            }
+            if rec.input.is_none() {
+                report_extra.unparsable += 1;
+                continue;
+            }
+            if let Some(ns) = rec.latency_ns() {
+                report_extra.recorded_latency.add(ns);
+            }
+            if let Some(v) = rec.table_version() {
+                report_extra.count_version(&v);
+            }
+            items.push(rec);
+        }
+        for lane in lanes.iter_mut() {
+            lane.replay_chunk(&items, &mut outcomes, clock, sla_ns, options.examples);
+        }
+    }
+    let [table, against @ ..] = &mut lanes[..] else { unreachable!("one lane at least") };
+    let against = against.first_mut().map(|l| std::mem::replace(&mut l.scored, Scored::new(&l.base)));
+    Ok(Report {
+        table: std::mem::replace(&mut table.scored, Scored::new(&table.base)),
+        against,
+        read: reader.stats().clone(),
+        unparsable: report_extra.unparsable,
+        other_tables: report_extra.other_tables,
+        recorded_latency: report_extra.recorded_latency,
+        recorded_versions: report_extra.versions,
+        wall: started.elapsed(),
+        peak_rss_bytes: peak_rss_bytes(),
+        options: options.clone(),
+    })
+}
+
+#[derive(Default)]
+struct Extra {
+    unparsable: u64,
+    other_tables: u64,
+    recorded_latency: Histogram,
+    versions: BTreeMap<String, u64>,
+}
+
+impl Extra {
+    fn count_version(&mut self, v: &str) {
+        if let Some(n) = self.versions.get_mut(v) {
+            *n += 1;
+        } else if self.versions.len() < 16 {
+            self.versions.insert(v.to_string(), 1);
+        } else {
+            *self.versions.entry("other".into()).or_default() += 1;
+        }
+    }
+}
+
+fn same_table(rec: &RawRecord<'_>, name_json: &str, name: &str) -> bool {
+    match rec.table {
+        Some(raw) if raw.get() == name_json => true,
+        Some(raw) if raw.get().contains('\\') => json_str(raw).is_some_and(|n| n == name),
+        _ => false,
+    }
+}
+
+/// One table being replayed.
+struct Lane {
+    base: Arc<Table>,
+    /// the Jev source, to build variant tables from
+    source: Option<Json>,
+    variants: HashMap<String, Option<Arc<Table>>>,
+    scored: Scored,
+}
+
+impl Lane {
+    fn load(path: &Path, limits: &Limits) -> Result<Lane, String> {
+        let table = Table::load(path, limits).map_err(|e| e.to_string())?;
+        let source = match table.kind {
+            TableKind::Jev => crate::table::read_table_file(path).ok().and_then(|bytes| {
+                let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes).to_vec();
+                serde_json::from_slice(&bytes).ok()
+            }),
+            _ => None,
+        };
+        let scored = Scored::new(&table);
+        Ok(Lane { base: Arc::new(table), source, variants: HashMap::new(), scored })
+    }
+
+    /// The table a snapshot is replayed with: the base table, or the variant with its
+    /// switched-off rules and params (`None`: it could not be built).
+    fn table_for(&mut self, rec: &RawRecord<'_>) -> Option<Arc<Table>> {
+        let disabled = rec.disabled_rules.map(|r| r.get()).filter(|t| *t != "[]" && *t != "null");
+        let params = rec.variant_params();
+        if disabled.is_none() && params.is_none() {
+            return Some(self.base.clone());
+        }
+        let key = format!("{}\u{0}{}", disabled.unwrap_or("[]"), params.map_or("{}", |p| p.get()));
+        if let Some(t) = self.variants.get(&key) {
+            return t.clone();
+        }
+        if self.variants.len() >= MAX_VARIANTS {
+            self.variants.clear();
+        }
+        let built = self.source.as_ref().and_then(|src| {
+            let params: Option<serde_json::Map<String, Json>> = params.and_then(|p| serde_json::from_str(p.get()).ok());
+            let bytes = variant_source(src, &rec.disabled(), params.as_ref());
+            Table::from_bytes(&self.base.path, &bytes, &self.base.limits).ok().map(Arc::new)
+        });
+        self.variants.insert(key, built.clone());
+        built
+    }
+
+    fn replay_chunk(
+        &mut self,
+        items: &[RawRecord<'_>],
+        outcomes: &mut Vec<(Result<Decision, InputError>, u64)>,
+        clock_ns: u64,
+        sla_ns: u64,
+        examples: usize,
+    ) {
+        // the tables first: building a variant is not the decisions' time
+        let mut tables = Vec::with_capacity(items.len());
+        for rec in items {
+            let t = self.table_for(rec);
+            if t.is_none() {
+                self.scored.unapplied += 1;
+            }
+            tables.push(t.unwrap_or_else(|| self.base.clone()));
+        }
+        outcomes.clear();
+        let cpu0 = thread_cpu_ns();
+        for (rec, table) in items.iter().zip(&tables) {
+            let input = rec.input.map_or(&b"null"[..], |i| i.get().as_bytes());
+            let t0 = Instant::now();
+            let d = table.decide(input, false);
+            let ns = (t0.elapsed().as_nanos() as u64).saturating_sub(clock_ns);
+            outcomes.push((d, ns));
+        }
+        let cpu = thread_cpu_ns().saturating_sub(cpu0);
+        let s = &mut self.scored;
+        s.cpu_ns += cpu.saturating_sub(clock_ns * items.len() as u64);
+        for ((rec, table), (outcome, ns)) in items.iter().zip(&tables).zip(outcomes.iter()) {
+            s.decisions += 1;
+            s.latency.add(*ns);
+            if *ns <= sla_ns {
+                s.within_sla += 1;
+            }
+            if rec.is_complete() {
+                s.complete += 1;
+            }
+            s.judge(rec, table, outcome, examples);
+        }
+    }
+}
+
+impl Scored {
+    fn new(table: &Table) -> Scored {
+        Scored {
+            table: table.name.clone(),
+            version: table.version.clone(),
+            decisions: 0,
+            judged: 0,
+            correct: 0,
+            changed: 0,
+            refused: 0,
+            unapplied: 0,
+            latency: Histogram::default(),
+            within_sla: 0,
+            cpu_ns: 0,
+            complete: 0,
+            changed_rules: BTreeMap::new(),
+        }
+    }
+
+    fn judge(&mut self, rec: &RawRecord<'_>, table: &Table, outcome: &Result<Decision, InputError>, examples: usize) {
+        let (now_rule_json, now_action) = match outcome {
+            Ok(d) => (Some(d.rule.map_or("null", |r| table.engine.outcome_id_json(r))), Ok(table.action_json(d))),
+            Err(e) => (None, Err(e.code())),
+        };
+        if outcome.is_err() {
+            self.refused += 1;
+        }
+        let recorded_action = rec.action.map(RawValue::get);
+        let target = rec.expected.map(RawValue::get).filter(|e| *e != "null").or(recorded_action);
+        if let Some(target) = target {
+            self.judged += 1;
+            if now_action.as_ref().is_ok_and(|a| json_equal(target, a)) {
+                self.correct += 1;
+            }
+        }
+        let recorded_rule_json = rec.rule_id.map_or("null", RawValue::get);
+        let rule_changed = now_rule_json.is_none_or(|now| !same_id(recorded_rule_json, now));
+        let action_changed = match (recorded_action, &now_action) {
+            (Some(was), Ok(now)) => !json_equal(was, now),
+            (None, Ok(_)) => false,
+            (_, Err(_)) => true,
+        };
+        if !rule_changed && !action_changed {
+            return;
+        }
+        self.changed += 1;
+        let was = rec.rule().map(Cow::into_owned);
+        let now = match outcome {
+            Ok(d) => table.outcome_id(d),
+            Err(_) => None,
+        };
+        let example = || Example {
+            snapshot_id: rec.id.and_then(json_str).map(Cow::into_owned).unwrap_or_default(),
+            input: rec.input.map_or("null", RawValue::get).to_string(),
+            recorded_rule: was.clone(),
+            recorded_action: recorded_action.unwrap_or("null").to_string(),
+            replayed_rule: now.clone(),
+            replayed_action: now_action.map(str::to_string).map_err(str::to_string),
+        };
+        let mut note = |rule: Option<String>, lost: bool, gained: bool| {
+            let entry = self.changed_rules.entry(rule).or_default();
+            entry.count += 1;
+            entry.lost += u64::from(lost);
+            entry.gained += u64::from(gained);
+            if entry.examples.len() < examples {
+                entry.examples.push(example());
+            }
+        };
+        if rule_changed {
+            note(was.clone(), true, false);
+            if outcome.is_ok() {
+                note(now.clone(), false, true);
+            }
+        } else {
+            note(was.clone(), false, false);
+        }
+    }
+
+    /// Share of judged decisions with the expected action.
+    pub fn correctness(&self) -> f64 {
+        ratio(self.correct, self.judged)
+    }
+
+    /// Share of decisions within the SLA.
+    pub fn within_sla_share(&self) -> f64 {
+        ratio(self.within_sla, self.decisions)
+    }
+
+    /// CPU seconds per million decisions.
+    pub fn cpu_s_per_million(&self) -> f64 {
+        if self.decisions == 0 {
+            return 0.0;
+        }
+        self.cpu_ns as f64 / self.decisions as f64 * 1e6 / 1e9
+    }
+
+    /// min(1, budget / CPU time per decision).
+    pub fn cost(&self, budget_us: f64) -> f64 {
+        let per_decision_us = self.cpu_s_per_million(); // s per million = µs per decision
+        if per_decision_us <= 0.0 {
+            return 1.0;
+        }
+        (budget_us / per_decision_us).min(1.0)
+    }
+
+    /// Share of snapshots with every field of SPEC §8.1.
+    pub fn audit_completeness(&self) -> f64 {
+        ratio(self.complete, self.decisions)
+    }
+
+    /// 50·correctness + 25·latency + 15·cost + 10·audit.
+    pub fn score(&self, budget_us: f64) -> f64 {
+        50.0 * self.correctness()
+            + 25.0 * self.within_sla_share()
+            + 15.0 * self.cost(budget_us)
+            + 10.0 * self.audit_completeness()
+    }
+
+    fn to_json(&self, options: &Options, peak_rss_mb: f64) -> Json {
+        let changed: Vec<Json> = self
+            .changed_rules
+            .iter()
+            .map(|(rule, c)| {
+                json!({
+                    "rule_id": rule,
+                    "count": c.count,
+                    "lost": c.lost,
+                    "gained": c.gained,
+                    "examples": c.examples.iter().map(Example::to_json).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        json!({
+            "table": self.table,
+            "version": self.version,
+            "decisions": self.decisions,
+            "correctness": round6(self.correctness()),
+            "correct": self.correct,
+            "judged": self.judged,
+            "changed": self.changed,
+            "refused": self.refused,
+            "unapplied": self.unapplied,
+            "latency_p50_ns": self.latency.quantile(0.5),
+            "latency_p99_ns": self.latency.quantile(0.99),
+            "within_sla": round6(self.within_sla_share()),
+            "cpu_s_per_million": round6(self.cpu_s_per_million()),
+            "cost": round6(self.cost(options.cost_budget_us)),
+            "peak_rss_mb": round6(peak_rss_mb),
+            "audit_completeness": round6(self.audit_completeness()),
+            "score": round6(self.score(options.cost_budget_us)),
+            "changed_rules": changed,
+        })
+    }
+}
+
+impl Example {
+    fn to_json(&self) -> Json {
+        let raw = |s: &str| serde_json::from_str::<Json>(s).unwrap_or(Json::Null);
+        json!({
+            "snapshot_id": self.snapshot_id,
+            "input": raw(&self.input),
+            "recorded": {"rule_id": self.recorded_rule, "action": raw(&self.recorded_action)},
+            "replayed": match &self.replayed_action {
+                Ok(a) => json!({"rule_id": self.replayed_rule, "action": raw(a)}),
+                Err(code) => json!({"error": code}),
+            },
+        })
+    }
+}
+
+impl Report {
+    /// The process's peak resident memory in MiB.
+    pub fn peak_rss_mb(&self) -> f64 {
+        self.peak_rss_bytes as f64 / (1 << 20) as f64
+    }
+
+    /// Snapshots read per second (all of them, replayed or not).
+    pub fn per_second(&self) -> f64 {
+        let n = self.read.lines as f64;
+        n / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    /// The report as one JSON object: the table's figures at the top level, the second
+    /// table's under `against`.
+    pub fn to_json(&self) -> Json {
+        let mut out = self.table.to_json(&self.options, self.peak_rss_mb());
+        let obj = out.as_object_mut().expect("an object");
+        if let Some(a) = &self.against {
+            obj.insert("against".into(), a.to_json(&self.options, self.peak_rss_mb()));
+        }
+        obj.insert("sla_us".into(), json!(self.options.sla_us));
+        obj.insert("cost_budget_us".into(), json!(self.options.cost_budget_us));
+        obj.insert("recorded_latency_p50_ns".into(), json!(self.recorded_latency.quantile(0.5)));
+        obj.insert("recorded_latency_p99_ns".into(), json!(self.recorded_latency.quantile(0.99)));
+        obj.insert("recorded_versions".into(), json!(self.recorded_versions));
+        obj.insert(
+            "read".into(),
+            json!({
+                "files": self.read.files,
+                "lines": self.read.lines,
+                "unparsable": self.unparsable,
+                "other_tables": self.other_tables,
+                "torn_tails": self.read.torn_tails,
+                "torn_bytes": self.read.torn_bytes,
+                "damaged": self.read.damaged,
+                "unreadable": self.read.unreadable.iter().map(|(p, e)| format!("{}: {e}", p.display())).collect::<Vec<_>>(),
+                "seconds": round6(self.wall.as_secs_f64()),
+                "per_second": self.per_second().round(),
+            }),
+        );
+        out
+    }
+
+    /// The report for people.
+    pub fn to_text(&self) -> String {
+        let mut o = String::new();
+        let t = &self.table;
+        let r = &self.read;
+        let _ = writeln!(
+            o,
+            "replayed {} snapshots of \"{}\" from {} file{} in {:.2} s ({:.0} snapshots/s)",
+            t.decisions,
+            t.table,
+            r.files,
+            if r.files == 1 { "" } else { "s" },
+            self.wall.as_secs_f64(),
+            self.per_second()
+        );
+        let mut skipped = Vec::new();
+        if self.other_tables > 0 {
+            skipped.push(format!("{} of other tables (--any-table replays them)", self.other_tables));
+        }
+        if self.unparsable > 0 {
+            skipped.push(format!("{} lines that are not snapshots", self.unparsable));
+        }
+        if r.torn_tails > 0 {
+            skipped.push(format!("{} torn tail{} ({} bytes)", r.torn_tails, plural(r.torn_tails), r.torn_bytes));
+        }
+        if r.damaged > 0 {
+            skipped.push(format!("{} damaged frame{} or line{}", r.damaged, plural(r.damaged), plural(r.damaged)));
+        }
+        if !skipped.is_empty() {
+            let _ = writeln!(o, "skipped: {}", skipped.join(", "));
+        }
+        for (path, e) in &r.unreadable {
+            let _ = writeln!(o, "unreadable: {}: {e}", path.display());
+        }
+        if !self.recorded_versions.is_empty() {
+            let v: Vec<String> = self.recorded_versions.iter().map(|(v, n)| format!("{v} ({n})")).collect();
+            let _ = writeln!(o, "recorded with versions: {}", v.join(", "));
+        }
+        o.push('\n');
+        let lanes: Vec<&Scored> = std::iter::once(t).chain(self.against.as_ref()).collect();
+        let budget = self.options.cost_budget_us;
+        let rows: Vec<(String, Vec<String>)> = vec![
+            ("".into(), lanes.iter().map(|l| format!("{} {}", l.table, l.version)).collect()),
+            (
+                "correctness".into(),
+                lanes.iter().map(|l| format!("{} ({}/{})", pct(l.correctness()), l.correct, l.judged)).collect(),
+            ),
+            ("changed decisions".into(), lanes.iter().map(|l| l.changed.to_string()).collect()),
+            (
+                "latency p50 / p99".into(),
+                lanes
+                    .iter()
+                    .map(|l| format!("{} / {}", human_ns(l.latency.quantile(0.5)), human_ns(l.latency.quantile(0.99))))
+                    .collect(),
+            ),
+            (
+                format!("within SLA ({} µs)", self.options.sla_us),
+                lanes.iter().map(|l| pct(l.within_sla_share())).collect(),
+            ),
+            ("CPU per million".into(), lanes.iter().map(|l| format!("{:.3} s", l.cpu_s_per_million())).collect()),
+            (format!("cost (budget {budget} µs)"), lanes.iter().map(|l| format!("{:.3}", l.cost(budget))).collect()),
+            ("peak memory".into(), lanes.iter().map(|_| format!("{:.1} MiB", self.peak_rss_mb())).collect()),
+            ("audit completeness".into(), lanes.iter().map(|l| pct(l.audit_completeness())).collect()),
+            ("score".into(), lanes.iter().map(|l| format!("{:.2} / 100", l.score(budget))).collect()),
+        ];
+        let label_w = rows.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(0) + 2;
+        let col_w = rows.iter().flat_map(|(_, c)| c.first()).map(|c| c.chars().count()).max().unwrap_or(0) + 3;
+        for (label, cells) in &rows {
+            let _ = write!(o, "{label:<label_w$}");
+            for (i, c) in cells.iter().enumerate() {
+                if i + 1 < cells.len() {
+                    let _ = write!(o, "{c:<col_w$}");
+                } else {
+                    o.push_str(c);
+                }
+            }
+            o.push('\n');
+        }
+        o.push_str(&format!(
+            "\nscore = 50·correctness + 25·within SLA + 15·cost + 10·audit; recorded latency p50 {} / p99 {}\n",
+            human_ns(self.recorded_latency.quantile(0.5)),
+            human_ns(self.recorded_latency.quantile(0.99))
+        ));
+        for l in &lanes {
+            if l.unapplied > 0 {
+                let _ = writeln!(
+                    o,
+                    "{}: {} snapshots recorded with switched-off rules or tuning params that could not be applied \
+                     (replayed with the table as it is)",
+                    l.table, l.unapplied
+                );
+            }
+            if l.refused > 0 {
+                let _ = writeln!(o, "{}: refused {} inputs (see the examples)", l.table, l.refused);
+            }
+            if l.changed_rules.is_empty() {
+                continue;
+            }
+            let _ = writeln!(o, "\nrules whose outcomes changed with {}:", l.table);
+            let mut by_count: Vec<_> = l.changed_rules.iter().collect();
+            by_count.sort_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(b.0)));
+            for (rule, c) in by_count {
+                let _ = writeln!(
+                    o,
+                    "  {}  {} decision{} (lost {}, gained {})",
+                    rule.as_deref().unwrap_or("(no rule: default)"),
+                    c.count,
+                    plural(c.count),
+                    c.lost,
+                    c.gained
+                );
+                for e in &c.examples {
+                    let now = match &e.replayed_action {
+                        Ok(a) => format!("{} → {a}", e.replayed_rule.as_deref().unwrap_or("(no rule)")),
+                        Err(code) => format!("refused: {code}"),
+                    };
+                    let _ = writeln!(
+                        o,
+                        "    {}: was {} → {}; now {}\n      input {}",
+                        e.snapshot_id,
+                        e.recorded_rule.as_deref().unwrap_or("(no rule)"),
+                        e.recorded_action,
+                        now,
+                        cut(&e.input, TEXT_INPUT_CHARS)
+                    );
+                }
+            }
+        }
+        o
+    }
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.2}%", x * 100.0)
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n).collect::<String>() + "…"
+    }
+}
+
+fn human_ns(ns: u64) -> String {
+    let ns = ns as f64;
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+/// Whether two rule ids written as JSON (or `null`) are the same.
+fn same_id(a: &str, b: &str) -> bool {
+    a == b || serde_json::from_str::<Option<String>>(a).ok() == serde_json::from_str::<Option<String>>(b).ok()
+}
+
+/// Whether two JSON texts are the same value (numbers compared numerically, as the condition
+/// language's `==` does: `1 == 1.0`).
+pub fn json_equal(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    match (serde_json::from_str::<Json>(a), serde_json::from_str::<Json>(b)) {
+        (Ok(x), Ok(y)) => value_equal(&x, &y),
+        _ => false,
+    }
+}
+
+fn value_equal(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Number(x), Json::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(i), Some(j)) => i == j,
+            _ => x.as_f64() == y.as_f64(),
+        },
+        (Json::Array(x), Json::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| value_equal(p, q)),
+        (Json::Object(x), Json::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| value_equal(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// The source of a Jev table with `disabled` rules switched off and `params` values replaced.
+pub fn variant_source(source: &Json, disabled: &[String], params: Option<&serde_json::Map<String, Json>>) -> Vec<u8> {
+    let mut src = source.clone();
+    let rules = match &mut src {
+        Json::Array(rules) => Some(rules),
+        Json::Object(top) => top.get_mut("rules").and_then(Json::as_array_mut),
+        _ => None,
+    };
+    for rule in rules.into_iter().flatten() {
+        let Some(rule) = rule.as_object_mut() else { continue };
+        if rule.get("id").and_then(Json::as_str).is_some_and(|id| disabled.iter().any(|d| d == id)) {
+            rule.insert("enabled".into(), Json::Bool(false));
+        }
+    }
+    if let (Some(params), Json::Object(top)) = (params, &mut src) {
+        if let Some(decls) = top.get_mut("params").and_then(Json::as_object_mut) {
+            for (name, value) in params {
+                if let Some(decl) = decls.get_mut(name).and_then(Json::as_object_mut) {
+                    decl.insert("value".into(), value.clone());
+                }
+            }
+        }
+    }
+    serde_json::to_vec(&src).unwrap_or_default()
+}
+
+/// The calling thread's CPU time (user + system), in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    match getrusage(UsageWho::RUSAGE_THREAD) {
+        Ok(u) => {
+            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as u64 * 1_000_000_000 + tv.tv_usec() as u64 * 1000;
+            t(u.user_time()) + t(u.system_time())
+        }
+        Err(_) => 0,
+    }
+}
+
+/// The process's peak resident memory, in bytes.
+pub fn peak_rss_bytes() -> u64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u.max_rss().max(0) as u64 * 1024)
+}
+
+/// The cost of reading the clock twice, subtracted from each timed decision.
+fn clock_overhead_ns() -> u64 {
+    let mut v: Vec<u64> = (0..1001)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(t.elapsed().as_nanos() as u64)
+        })
+        .collect();
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// A latency histogram in bounded memory: exact below 32 ns, then 32 buckets per power of two
+/// (within about 3 %).
+#[derive(Clone, Debug)]
+pub struct Histogram {
+    counts: Vec<u64>,
+    n: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram { counts: vec![0; 64 * 32], n: 0 }
+    }
+}
+
+impl Histogram {
+    fn index(v: u64) -> usize {
+        if v < 32 {
+            return v as usize;
+        }
+        let e = 63 - v.leading_zeros() as usize; // ≥ 5
+        let sub = ((v >> (e - 5)) & 31) as usize;
+        (e - 4) * 32 + sub
+    }
+
+    fn value(idx: usize) -> u64 {
+        if idx < 32 {
+            return idx as u64;
+        }
+        let (e, sub) = (idx / 32 + 4, (idx % 32) as u64);
+        let lower = (32 + sub) << (e - 5);
+        lower + ((1u64 << (e - 5)) >> 1) // the bucket's middle
+    }
+
+    /// Counts one value.
+    pub fn add(&mut self, v: u64) {
+        self.counts[Self::index(v)] += 1;
+        self.n += 1;
+    }
+
+    /// How many values.
+    pub fn len(&self) -> u64 {
+        self.n
+    }
+
+    /// Whether no value was counted.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The `q` quantile (0 when empty).
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.n == 0 {
+            return 0;
+        }
+        let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
+        let mut seen = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Self::value(i);
+            }
+        }
+        Self::value(self.counts.len() - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_are_close() {
+        let mut h = Histogram::default();
+        for v in 1..=100_000u64 {
+            h.add(v);
+        }
+        for (q, want) in [(0.5, 50_000.0), (0.99, 99_000.0), (0.01, 1000.0)] {
+            let got = h.quantile(q) as f64;
+            assert!((got - want).abs() / want < 0.04, "q{q}: {got} vs {want}");
+        }
+        assert_eq!(Histogram::default().quantile(0.5), 0);
+        for v in [0, 1, 31, 32, 33, 1000, u64::MAX / 2, u64::MAX] {
+            let i = Histogram::index(v);
+            assert!(i < 64 * 32, "{v}");
+        }
+    }
+
+    #[test]
+    fn json_equality_is_numeric() {
+        assert!(json_equal(r#"{"a":1,"b":[2.0]}"#, r#"{"b": [2], "a": 1.0}"#));
+        assert!(!json_equal(r#"{"a":1}"#, r#"{"a":1,"b":null}"#));
+        assert!(!json_equal("null", r#"{"a":1}"#));
+    }
+
+    #[test]
+    fn variants_switch_rules_off_and_set_params() {
+        let src: Json = serde_json::from_str(
+            r#"{"params":{"max":{"value":5}},"rules":[{"id":"a","condition":"true","action":{}},{"id":"b","condition":"true","action":{}}]}"#,
+        )
+        .unwrap();
+        let params: serde_json::Map<String, Json> = serde_json::from_str(r#"{"max":7,"unknown":1}"#).unwrap();
+        let out: Json = serde_json::from_slice(&variant_source(&src, &["b".into()], Some(&params))).unwrap();
+        assert_eq!(out["rules"][0].get("enabled"), None);
+        assert_eq!(out["rules"][1]["enabled"], false);
+        assert_eq!(out["params"]["max"]["value"], 7);
+        assert_eq!(out["params"].get("unknown"), None);
+    }
+}
