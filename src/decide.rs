@@ -4,10 +4,17 @@
 //! a decision later (routing to another box, snapshots, shadow and canary tables, tuning) is
 //! a stage of this pipeline rather than code repeated in each handler.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
+use crossbeam::utils::CachePadded;
+
+use crate::expr::json::write_value;
+use crate::expr::value::Value;
 use crate::input::InputError;
+use crate::metrics::{worker_slot, ShadowCount, SLOTS};
+use crate::snapshot::{Event, Recorder, Shadow, SnapshotId};
 use crate::suggest::did_you_mean;
 use crate::table::registry::{Slot, Tables};
 use crate::table::{Decision, ResponseMeta, Table};
@@ -110,21 +117,252 @@ pub struct Options<'a> {
     pub explain: bool,
     /// who decides (`local`, or a peer's id)
     pub instance: &'a str,
+    /// the caller's W3C `traceparent` header, recorded in the snapshot
+    pub traceparent: Option<&'a [u8]>,
 }
 
 impl Default for Options<'_> {
     fn default() -> Self {
-        Options { explain: false, instance: "local" }
+        Options { explain: false, instance: "local", traceparent: None }
     }
 }
 
-/// Decides `body` with `table` and appends the response body (SPEC §6) to `out`; returns the
-/// decision for the caller's counters.
+/// Decides `body` with `table` alone (no canary, shadow or snapshot: what `clef decide` does)
+/// and appends the response body (SPEC §6) to `out`; returns the decision.
 pub fn decide(table: &Table, body: &[u8], options: &Options<'_>, out: &mut String) -> Result<Decision, InputError> {
     let decision = table.decide(body, options.explain)?;
-    let meta = ResponseMeta { timestamp: SystemTime::now(), snapshot_id: None, instance: options.instance };
+    let meta =
+        ResponseMeta { timestamp: SystemTime::now(), snapshot_id: None, recorded: true, instance: options.instance };
     table.write_decision(&decision, &meta, out);
     Ok(decision)
+}
+
+/// A decision made by the server's pipeline, with the table that made it (a canary may have
+/// answered instead of the table asked for).
+#[derive(Debug)]
+pub struct Decided<'t> {
+    /// the slot of the table that decided, for its counters
+    pub slot: &'t Slot,
+    /// the table that decided
+    pub table: &'t Arc<Table>,
+    /// its decision, or why the input got none (the response then is the error)
+    pub result: Result<Decision, InputError>,
+    /// how long evaluating took (parsing included), in nanoseconds
+    pub latency_ns: u64,
+    /// the snapshot id the answer carries, when snapshots are on
+    pub snapshot: Option<SnapshotId>,
+}
+
+/// Decides one input with the table resolved for it, through every stage the server has
+/// configured: the canary choice, evaluation, the shadow table, the snapshot; then renders the
+/// answer into `out` (nothing when the input got no decision). `tables` resolves candidates.
+pub fn decide_staged<'t>(
+    stages: &Stages,
+    tables: &'t Tables,
+    (slot, table): (&'t Slot, &'t Arc<Table>),
+    body: &[u8],
+    options: &Options<'_>,
+    out: &mut String,
+) -> Decided<'t> {
+    let (slot, table) = stages.canary_for(tables, &table.name, body).unwrap_or((slot, table));
+    let timestamp = SystemTime::now();
+    let started = Instant::now();
+    let result = table.decide(body, options.explain);
+    let latency_ns = started.elapsed().as_nanos() as u64;
+    let Ok(decision) = &result else {
+        return Decided { slot, table, result, latency_ns, snapshot: None };
+    };
+    let shadow = stages.shadow_for(tables, table, decision, body);
+    let mut snapshot = None;
+    let mut recorded = true;
+    if let Some(recorder) = &stages.recorder {
+        let mut event = Event::new(table, decision, body);
+        event.instance = options.instance;
+        event.timestamp = timestamp;
+        event.latency_ns = latency_ns;
+        event.traceparent = options.traceparent;
+        event.shadow = shadow.as_ref().map(|(t, d, agrees)| Shadow { table: t, decision: d, agrees: *agrees });
+        let outcome = recorder.record(&event);
+        snapshot = Some(outcome.id);
+        recorded = outcome.recorded();
+    }
+    let id_text = snapshot.map(SnapshotId::text);
+    let meta = ResponseMeta {
+        timestamp,
+        snapshot_id: id_text.as_ref().map(|t| t.as_str()),
+        recorded,
+        instance: options.instance,
+    };
+    table.write_decision(decision, &meta, out);
+    Decided { slot, table, result, latency_ns, snapshot }
+}
+
+/// What the server adds around a table's decision (SPEC §8): canary tables answering a share
+/// of a table's traffic, shadow tables deciding beside it, and the snapshot recorder. Made once
+/// at start from `config.yaml`; [`Stages::default`] has none of them.
+#[derive(Debug, Default)]
+pub struct Stages {
+    /// records a snapshot of every decision, when snapshots are on
+    pub recorder: Option<Recorder>,
+    shadows: Vec<ShadowPair>,
+    canaries: Vec<CanaryRoute>,
+}
+
+/// `model.shadow`: a candidate that decides every input of a table, for comparison only.
+#[derive(Debug)]
+struct ShadowPair {
+    served: String,
+    candidate: String,
+    /// agree, disagree, error (the candidate could not decide), per worker slot
+    counts: Vec<CachePadded<[AtomicU64; 3]>>,
+}
+
+/// `model.canary`: a candidate that answers a stable share of a table's traffic.
+#[derive(Debug)]
+struct CanaryRoute {
+    served: String,
+    candidate: String,
+    /// the share as a threshold on a 64-bit hash (`share × 2^64`)
+    threshold: u64,
+    /// the key's path; `None`: every decision is drawn at random
+    key: Option<Vec<String>>,
+}
+
+impl Stages {
+    /// The stages `config.yaml` asks for; `recorder` is the started snapshot recorder, if on.
+    pub fn new(model: &crate::config::Model, recorder: Option<Recorder>) -> Stages {
+        let shadows = model
+            .shadow
+            .iter()
+            .map(|(served, candidate)| ShadowPair {
+                served: served.clone(),
+                candidate: candidate.clone(),
+                counts: (0..SLOTS).map(|_| CachePadded::new(Default::default())).collect(),
+            })
+            .collect();
+        let canaries = model
+            .canary
+            .iter()
+            .map(|(served, c)| CanaryRoute {
+                served: served.clone(),
+                candidate: c.table.clone(),
+                threshold: share_threshold(c.share),
+                key: c.key.as_ref().map(|k| k.split('.').map(str::to_string).collect()),
+            })
+            .collect();
+        Stages { recorder, shadows, canaries }
+    }
+
+    /// The candidate that answers this input instead of `served`, when `served` has a canary
+    /// whose share this input falls in and the candidate is loaded.
+    fn canary_for<'t>(&self, tables: &'t Tables, served: &str, body: &[u8]) -> Option<(&'t Slot, &'t Arc<Table>)> {
+        let canary = self.canaries.iter().find(|c| c.served == served)?;
+        if canary.threshold == 0 {
+            return None;
+        }
+        let draw = match &canary.key {
+            Some(path) => key_hash(body, path)?,
+            None => crate::snapshot::id::random_u64(),
+        };
+        if draw >= canary.threshold && canary.threshold != u64::MAX {
+            return None;
+        }
+        let slot = tables.get(&canary.candidate)?;
+        Some((slot, slot.current.as_ref()?))
+    }
+
+    /// What the shadow of `table` decides for the same input, and whether it agrees with
+    /// `decision` (same action); counted in the shadow's figures.
+    fn shadow_for<'t>(
+        &self,
+        tables: &'t Tables,
+        table: &Table,
+        decision: &Decision,
+        body: &[u8],
+    ) -> Option<(&'t Table, Decision, bool)> {
+        let pair = self.shadows.iter().find(|p| p.served == *table.name)?;
+        let candidate = tables.get(&pair.candidate)?.current.as_deref()?;
+        let counts = &pair.counts[worker_slot() % SLOTS];
+        match candidate.decide(body, false) {
+            Ok(theirs) => {
+                let agrees = same_action(table.action_json(decision), candidate.action_json(&theirs));
+                counts[usize::from(!agrees)].fetch_add(1, Relaxed);
+                Some((candidate, theirs, agrees))
+            }
+            Err(_) => {
+                counts[2].fetch_add(1, Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Every shadow pair's figures, for `GET /metrics`.
+    pub fn shadow_counts(&self) -> Vec<ShadowCount> {
+        self.shadows
+            .iter()
+            .map(|p| {
+                let sum = |i: usize| p.counts.iter().map(|c| c[i].load(Relaxed)).sum();
+                ShadowCount {
+                    table: p.served.clone(),
+                    shadow: p.candidate.clone(),
+                    agree: sum(0),
+                    disagree: sum(1),
+                    error: sum(2),
+                }
+            })
+            .collect()
+    }
+
+    /// The tables named as shadows or canaries that are not loaded, as (role, served, candidate):
+    /// the served table then answers alone, which the log should say.
+    pub fn missing_candidates(&self, tables: &Tables) -> Vec<(&'static str, &str, &str)> {
+        let loaded = |name: &str| tables.get(name).is_some_and(|s| s.current.is_some());
+        let shadows = self.shadows.iter().map(|p| ("shadow", p.served.as_str(), p.candidate.as_str()));
+        let canaries = self.canaries.iter().map(|c| ("canary", c.served.as_str(), c.candidate.as_str()));
+        shadows.chain(canaries).filter(|(_, _, candidate)| !loaded(candidate)).collect()
+    }
+}
+
+/// `share × 2^64`, saturating: 1.0 takes every hash.
+fn share_threshold(share: f64) -> u64 {
+    if share >= 1.0 {
+        u64::MAX
+    } else if share > 0.0 {
+        (share * 2f64.powi(64)) as u64
+    } else {
+        0
+    }
+}
+
+/// A stable 64-bit hash of the value at `path` in the input (strings by their text, anything
+/// else by its JSON), the same in every process and version; `None` when the input has no
+/// such value (it then goes to the table asked for).
+fn key_hash(body: &[u8], path: &[String]) -> Option<u64> {
+    use sha2::{Digest, Sha256};
+    let mut text = String::new();
+    crate::input::with_parsed(body, crate::input::DEFAULT_MAX_DEPTH, |root| match root.at_path(path) {
+        Value::Nil => {}
+        Value::Str(s) => text.push_str(s),
+        other => write_value(&other, &mut text),
+    })
+    .ok()?;
+    if text.is_empty() {
+        return None;
+    }
+    let digest = Sha256::digest(text.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    Some(u64::from_be_bytes(first))
+}
+
+/// Whether two actions (as JSON) are the same: the same text, or equal as JSON values (keys in
+/// any order).
+fn same_action(a: &str, b: &str) -> bool {
+    a == b
+        || match (serde_json::from_str::<serde_json::Value>(a), serde_json::from_str::<serde_json::Value>(b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        }
 }
 
 /// One input of a batch: its line number (1-based: the NDJSON line, or the array element)
@@ -166,26 +404,6 @@ fn byte_offset(text: &str, line: usize, column: usize) -> usize {
         offset += l.len();
     }
     text.len()
-}
-
-/// Decides every input of a batch with `table`, appending one NDJSON line per input in input
-/// order to `out`: what the single call answers, or `{"error": {…}, "line": N}`. `on_each` sees
-/// every outcome (for the caller's counters).
-pub fn decide_batch(
-    table: &Table,
-    items: &[BatchItem<'_>],
-    options: &Options<'_>,
-    out: &mut String,
-    mut on_each: impl FnMut(&Result<Decision, InputError>),
-) {
-    for &(line, bytes) in items {
-        let outcome = decide(table, bytes, options, out);
-        if let Err(e) = &outcome {
-            write_line_error(e.code(), &e.to_string(), line, out);
-        }
-        out.push('\n');
-        on_each(&outcome);
-    }
 }
 
 /// `{"error": {"code", "message"}, "line": N}`: a batch line that got no decision.

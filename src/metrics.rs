@@ -437,6 +437,48 @@ pub struct Gauges<'a> {
     /// Every table name with its load state (`clef_table_load_failing`,
     /// `clef_table_load_failures_total`; `clef_table_load_errors` counts the failing ones).
     pub table_loads: &'a [TableLoad<'a>],
+    /// The snapshot recorder's figures, when snapshots are on.
+    pub snapshots: Option<SnapshotFigures>,
+    /// Every shadow table's agreement (`clef_shadow_decisions_total`).
+    pub shadows: &'a [ShadowCount],
+}
+
+/// How often a shadow table agreed with the table it shadows (`clef_shadow_decisions_total`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowCount {
+    /// the table that answers
+    pub table: String,
+    /// its shadow
+    pub shadow: String,
+    /// decisions where both gave the same action
+    pub agree: u64,
+    /// decisions where the actions differed
+    pub disagree: u64,
+    /// decisions the shadow could not make (it refused the input)
+    pub error: u64,
+}
+
+/// The snapshot recorder's figures (`clef_snapshots_…`), when snapshots are on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotFigures {
+    /// snapshots queued for disk
+    pub recorded: u64,
+    /// decisions left off disk by `sample_rate`
+    pub sampled_out: u64,
+    /// snapshots dropped because the queue was full
+    pub dropped: u64,
+    /// bytes waiting for the writer now
+    pub queued_bytes: u64,
+    /// bytes written to segment files (after compression)
+    pub written_bytes: u64,
+    /// failed writes, syncs, opens and deletes
+    pub write_errors: u64,
+    /// snapshots lost to failed writes
+    pub lost: u64,
+    /// bytes the segment files take now
+    pub disk_bytes: u64,
+    /// segment files now
+    pub segments: u64,
 }
 
 /// Figures of the whole process, read from `/proc/self` when scraped (nothing is kept between
@@ -550,6 +592,10 @@ fn encode_with(
         load: gauges.load,
         inflight: gauges.inflight,
         open_connections: gauges.open_connections,
+    }));
+    registry.register_collector(Box::new(StagesCollector {
+        snapshots: gauges.snapshots,
+        shadows: gauges.shadows.to_vec(),
     }));
     if let Some(process) = process {
         registry.register_collector(Box::new(ProcessCollector(process)));
@@ -745,6 +791,54 @@ impl Collector for GaugesCollector {
     }
 }
 
+/// Snapshot recording and shadow tables.
+#[derive(Debug)]
+struct StagesCollector {
+    snapshots: Option<SnapshotFigures>,
+    shadows: Vec<ShadowCount>,
+}
+
+impl Collector for StagesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        if let Some(s) = &self.snapshots {
+            let counters = [
+                ("clef_snapshots_recorded", "Decision snapshots queued for disk", s.recorded),
+                ("clef_snapshots_sampled_out", "Decisions left off disk by snapshots.sample_rate", s.sampled_out),
+                ("clef_snapshots_dropped", "Snapshots dropped because the writer could not keep up", s.dropped),
+                ("clef_snapshots_written_bytes", "Bytes written to snapshot segment files", s.written_bytes),
+                (
+                    "clef_snapshots_write_errors",
+                    "Failed writes, syncs, opens and deletes of snapshot segments",
+                    s.write_errors,
+                ),
+                ("clef_snapshots_lost", "Snapshots lost to failed writes", s.lost),
+            ];
+            for (name, help, value) in counters {
+                ConstCounter::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)?;
+            }
+            let gauges = [
+                ("clef_snapshots_queued_bytes", "Snapshot bytes waiting for the writer", s.queued_bytes),
+                ("clef_snapshots_disk_bytes", "Bytes the snapshot segment files take", s.disk_bytes),
+                ("clef_snapshots_segments", "Snapshot segment files on disk", s.segments),
+            ];
+            for (name, help, value) in gauges {
+                ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+            }
+        }
+        if !self.shadows.is_empty() {
+            let help = "Decisions a shadow table also made, by whether it gave the same action";
+            let mut family = encoder.encode_descriptor("clef_shadow_decisions", help, None, MetricType::Counter)?;
+            for c in &self.shadows {
+                for (outcome, value) in [("agree", c.agree), ("disagree", c.disagree), ("error", c.error)] {
+                    let labels = [("table", c.table.as_str()), ("shadow", c.shadow.as_str()), ("outcome", outcome)];
+                    ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The process figures, under the names every Prometheus client library uses for them.
 #[derive(Debug)]
 struct ProcessCollector(ProcessStats);
@@ -904,7 +998,14 @@ mod tests {
     ];
 
     fn gauges() -> Gauges<'static> {
-        Gauges { uptime_seconds: 12.5, inflight: 3, load: 0.25, open_connections: 7, table_loads: LOADS }
+        Gauges {
+            uptime_seconds: 12.5,
+            inflight: 3,
+            load: 0.25,
+            open_connections: 7,
+            table_loads: LOADS,
+            ..Gauges::default()
+        }
     }
 
     const PROCESS: ProcessStats = ProcessStats {

@@ -750,7 +750,15 @@ fn metrics_are_documented_with_type_and_labels() {
     let views = [TableView { name: "t", version: "v", kind: "jev", stats: &stats }];
     // A series of every labelled family, so that its labels are seen.
     let loads = [TableLoad { name: "t", failing: true, failures: 1 }];
-    let text = encode_format(Format::Prometheus, &views, &server, &Gauges { table_loads: &loads, ..Gauges::default() });
+    let shadows =
+        [clef::metrics::ShadowCount { table: "t".into(), shadow: "c".into(), agree: 1, disagree: 0, error: 0 }];
+    let gauges = Gauges {
+        table_loads: &loads,
+        snapshots: Some(clef::metrics::SnapshotFigures::default()),
+        shadows: &shadows,
+        ..Gauges::default()
+    };
+    let text = encode_format(Format::Prometheus, &views, &server, &gauges);
     // The process figures come from /proc/self; the server exports them, so the docs list them.
     assert!(text.contains("# TYPE process_resident_memory_bytes gauge"), "no process metrics:\n{text}");
 
@@ -945,7 +953,8 @@ impl Server {
         }
         let config = format!(
             "server: {{host: 127.0.0.1, port: {main}}}\nadmin: {{listen: \"127.0.0.1:{admin}\"}}\n\
-             model: {{default_table: t, watch_file: false}}\n"
+             model: {{default_table: t, watch_file: false}}\n\
+             snapshots: {{enabled: true, dir: snaps, sample_rate: 0}}\n"
         );
         std::fs::write(dir.path().join("config.yaml"), config).expect("write the config");
         let log = std::fs::File::create(dir.path().join("log")).expect("log file");

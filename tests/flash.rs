@@ -59,8 +59,12 @@ fn decide(t: &Table, input: &str) -> (Json, bool, Json) {
 
 fn response(t: &Table, input: &str, explain: bool) -> Json {
     let d = t.decide(input.as_bytes(), explain).unwrap();
-    let meta =
-        clef::table::ResponseMeta { timestamp: std::time::SystemTime::now(), snapshot_id: None, instance: "local" };
+    let meta = clef::table::ResponseMeta {
+        timestamp: std::time::SystemTime::now(),
+        snapshot_id: None,
+        recorded: true,
+        instance: "local",
+    };
     let mut out = String::new();
     t.write_decision(&d, &meta, &mut out);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))

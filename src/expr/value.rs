@@ -125,6 +125,24 @@ fn node_span(node: &Node<'_>) -> usize {
 }
 
 impl<'a> Value<'a> {
+    /// The value at a path of member names: objects only; anything else on the way (and a
+    /// missing member) is `Nil`. For readers of a few fixed paths (flash dimensions, a canary
+    /// key) that need no expression.
+    #[inline]
+    pub fn at_path<S: AsRef<str>>(&self, path: &[S]) -> Value<'a> {
+        let mut v = *self;
+        for seg in path {
+            v = match v {
+                Value::Object(o) => match o.get(seg.as_ref()) {
+                    Some(x) => x,
+                    None => return Value::Nil,
+                },
+                _ => return Value::Nil,
+            };
+        }
+        v
+    }
+
     /// The value of the tape node at `nodes[0]` (with its children after it).
     pub fn from_tape(nodes: &'a [Node<'a>]) -> Value<'a> {
         match nodes.first() {

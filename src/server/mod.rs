@@ -17,7 +17,9 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam::utils::CachePadded;
 
 use crate::config::Loaded;
+use crate::decide::Stages;
 use crate::metrics::{worker_slot, ServerStats};
+use crate::snapshot::Recorder;
 use crate::table::registry::{Outcome, Registry, Sources};
 use crate::table::Limits;
 use conn::{ConnLimits, ConnObserver};
@@ -48,6 +50,8 @@ pub struct App {
     pub started: Instant,
     /// response and connection counters
     pub stats: ServerStats,
+    /// canary and shadow tables, and the snapshot recorder
+    pub stages: Stages,
     draining: AtomicBool,
     inflight: Vec<CachePadded<AtomicI64>>,
     busy_ns: Vec<CachePadded<AtomicU64>>,
@@ -204,6 +208,20 @@ pub fn run(loaded: Loaded) -> i32 {
     let started = Instant::now();
     // Taken before loading, so that an edit made while the tables load is noticed.
     let watched = (sources.fingerprint(), file_stamp(&loaded.path));
+    let recorder = if cfg.snapshots.enabled {
+        match Recorder::start(&cfg.snapshots) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                log::error!(
+                    "cannot record snapshots in {} (snapshots.dir): {e}; fix the folder or set snapshots.enabled: false",
+                    cfg.snapshots.dir.display()
+                );
+                return 1;
+            }
+        }
+    } else {
+        None
+    };
     let (registry, outcomes) = Registry::open(sources);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let workers = cfg.server.worker_threads(cores);
@@ -216,6 +234,7 @@ pub fn run(loaded: Loaded) -> i32 {
         cors_origins: cfg.server.cors.origins.clone(),
         started,
         stats: ServerStats::new(),
+        stages: Stages::new(&cfg.model, recorder),
         draining: AtomicBool::new(false),
         inflight: (0..SLOTS).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
         busy_ns: (0..SLOTS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
@@ -234,6 +253,12 @@ pub fn run(loaded: Loaded) -> i32 {
     });
     // The load at start is logged and counted as a reload (`clef_reloads_total` says so).
     app.reloaded("start", &outcomes);
+    for (role, served, candidate) in app.stages.missing_candidates(&app.registry.snapshot()) {
+        log::warn!("model.{role}: table \"{candidate}\" ({role} of \"{served}\") is not loaded; \"{served}\" answers alone until it is");
+    }
+    if let Some(r) = &app.stages.recorder {
+        log::info!("recording decision snapshots in {}", r.dir().display());
+    }
     if let Some(d) = &app.default_table {
         if app.registry.snapshot().get(d).is_none() {
             log::warn!("default_table \"{d}\" is not among the loaded tables; POST /decide will answer 404");
@@ -371,6 +396,10 @@ fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
                 app.draining.store(true, Ordering::SeqCst);
                 notify::stopping();
                 drain(app);
+                if let Some(recorder) = &app.stages.recorder {
+                    // every snapshot of an answered decision reaches the disk before the exit
+                    recorder.shutdown();
+                }
                 log::info!("stopped");
                 return 0;
             }

@@ -34,6 +34,8 @@ enum Route<'p> {
     Table(Cow<'p, str>),
     Reload,
     Rollback(Cow<'p, str>),
+    /// a recent decision snapshot (admin)
+    Snapshot(Cow<'p, str>),
     /// forward-auth with a table; the path after `/authz/{table}` is the one being authorized
     Authz(Cow<'p, str>, &'p str),
     NotFound,
@@ -77,6 +79,7 @@ fn route(path: &str) -> Route<'_> {
         [Some("tables"), Some(name), None] => named(name, Route::Table),
         [Some("tables"), Some(name), Some("rollback")] => named(name, Route::Rollback),
         [Some("reload"), None, None] => Route::Reload,
+        [Some("snapshots"), Some(id), None] => named(id, Route::Snapshot),
         _ => Route::NotFound,
     }
 }
@@ -107,7 +110,7 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         return;
     }
     let r = route(req.path);
-    let is_admin_route = matches!(r, Route::Reload | Route::Rollback(_));
+    let is_admin_route = matches!(r, Route::Reload | Route::Rollback(_) | Route::Snapshot(_));
     if is_admin_route && !admin {
         // Admin endpoints exist only on the admin listener.
         rsp.error(
@@ -119,7 +122,7 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
     }
     let (allowed, method_ok) = match r {
         Route::Decide(_) | Route::Batch(_) => ("POST", req.method == "POST"),
-        Route::Health | Route::Metrics | Route::Tables | Route::Table(_) => {
+        Route::Health | Route::Metrics | Route::Tables | Route::Table(_) | Route::Snapshot(_) => {
             ("GET", req.method == "GET" || req.method == "HEAD")
         }
         Route::Reload | Route::Rollback(_) => ("POST", req.method == "POST"),
@@ -182,6 +185,7 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         Route::Table(name) => table(app, &name, admin, rsp),
         Route::Reload => reload(app, rsp),
         Route::Rollback(name) => rollback(app, &name, rsp),
+        Route::Snapshot(id) => snapshot(app, &id, rsp),
         Route::NotFound => {}
     }
 }
@@ -218,31 +222,46 @@ fn add_cors_headers(app: &App, req: &Request<'_>, rsp: &mut Response) {
 
 fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
     let tables = app.registry.snapshot();
-    let (slot, table) = match pipeline::resolve(&tables, name, app.default_table.as_deref()) {
+    let resolved = match pipeline::resolve(&tables, name, app.default_table.as_deref()) {
         Ok(found) => found,
         Err(refusal) => return refuse(&refusal, rsp),
     };
-    let options = pipeline::Options { explain: req.query_flag("explain"), ..pipeline::Options::default() };
+    let options = decision_options(req);
     let inflight = app.enter();
-    match pipeline::decide(table, req.body, &options, &mut rsp.body) {
-        Ok(decision) => {
-            // Taken after the body is rendered: the histogram times parse, evaluate and render.
-            let latency = inflight.elapsed_ns();
-            let warned: Vec<usize> = decision.warnings.iter().map(|w| w.rule).collect();
-            slot.stats.record(decision.rule, latency, &warned);
-        }
-        Err(e) => {
-            slot.stats.record_invalid_input();
-            rsp.body.clear();
-            rsp.error(e.status(), e.code(), &e.to_string());
-        }
+    let decided = pipeline::decide_staged(&app.stages, &tables, resolved, req.body, &options, &mut rsp.body);
+    // Taken after the body is rendered: the histogram times parse, evaluate and render.
+    count(&decided, inflight.elapsed_ns());
+    if let Err(e) = &decided.result {
+        rsp.body.clear();
+        rsp.error(e.status(), e.code(), &e.to_string());
     }
 }
 
-/// `POST /decide[/{table}]/batch`: one NDJSON line per input, in input order.
+/// How a decision request asks to be answered: `?explain=true`, its `traceparent`.
+fn decision_options<'r>(req: &'r Request<'_>) -> pipeline::Options<'r> {
+    pipeline::Options {
+        explain: req.query_flag("explain"),
+        traceparent: req.header("traceparent"),
+        ..pipeline::Options::default()
+    }
+}
+
+/// Counts a decision in its table's figures.
+fn count(decided: &pipeline::Decided<'_>, latency_ns: u64) {
+    match &decided.result {
+        Ok(decision) => {
+            let warned: Vec<usize> = decision.warnings.iter().map(|w| w.rule).collect();
+            decided.slot.stats.record(decision.rule, latency_ns, &warned);
+        }
+        Err(_) => decided.slot.stats.record_invalid_input(),
+    }
+}
+
+/// `POST /decide[/{table}]/batch`: one NDJSON line per input, in input order, each what
+/// `POST /decide` answers for it (snapshots, canary and shadow included).
 fn batch(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
     let tables = app.registry.snapshot();
-    let (slot, table) = match pipeline::resolve(&tables, name, app.default_table.as_deref()) {
+    let resolved = match pipeline::resolve(&tables, name, app.default_table.as_deref()) {
         Ok(found) => found,
         Err(refusal) => return refuse(&refusal, rsp),
     };
@@ -250,51 +269,80 @@ fn batch(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
         Ok(items) => items,
         Err(e) => return rsp.error(e.status(), e.code(), &e.to_string()),
     };
-    let options = pipeline::Options { explain: req.query_flag("explain"), ..pipeline::Options::default() };
-    let inflight = app.enter();
-    let mut last = inflight.elapsed_ns();
-    pipeline::decide_batch(table, &items, &options, &mut rsp.body, |outcome| {
-        let now = inflight.elapsed_ns();
-        match outcome {
-            Ok(d) => {
-                let warned: Vec<usize> = d.warnings.iter().map(|w| w.rule).collect();
-                slot.stats.record(d.rule, now - last, &warned);
-            }
-            Err(_) => slot.stats.record_invalid_input(),
+    let options = decision_options(req);
+    let _inflight = app.enter();
+    for &(line, bytes) in &items {
+        let decided = pipeline::decide_staged(&app.stages, &tables, resolved, bytes, &options, &mut rsp.body);
+        count(&decided, decided.latency_ns);
+        if let Err(e) = &decided.result {
+            pipeline::write_line_error(e.code(), &e.to_string(), line, &mut rsp.body);
         }
-        last = now;
-    });
+        rsp.body.push('\n');
+    }
     rsp.content_type = "application/x-ndjson";
 }
 
 /// `/authz/{table}`: decides on the request itself — `method`, `path` (what follows
 /// `/authz/{table}`), `query` and `headers` (names in lower case) — and answers 200 when the
-/// action says `"allow": true`, else 403; `X-Clef-Rule` names the rule.
+/// action says `"allow": true`, else 403; `X-Clef-Rule` names the rule and `X-Clef-Snapshot`
+/// the snapshot.
 fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Response) {
     let tables = app.registry.snapshot();
-    let (slot, table) = match pipeline::resolve(&tables, Some(name), None) {
+    let resolved = match pipeline::resolve(&tables, Some(name), None) {
         Ok(found) => found,
         Err(refusal) => return refuse(&refusal, rsp),
     };
     let input = authz_input(asked, req);
-    let options = pipeline::Options { explain: req.query_flag("explain"), ..pipeline::Options::default() };
+    let options = decision_options(req);
     let inflight = app.enter();
-    match pipeline::decide(table, input.as_bytes(), &options, &mut rsp.body) {
+    let decided = pipeline::decide_staged(&app.stages, &tables, resolved, input.as_bytes(), &options, &mut rsp.body);
+    count(&decided, inflight.elapsed_ns());
+    match &decided.result {
         Ok(decision) => {
-            let warned: Vec<usize> = decision.warnings.iter().map(|w| w.rule).collect();
-            slot.stats.record(decision.rule, inflight.elapsed_ns(), &warned);
-            let allowed = serde_json::from_str::<serde_json::Value>(table.action_json(&decision))
+            let table = decided.table;
+            let allowed = serde_json::from_str::<serde_json::Value>(table.action_json(decision))
                 .is_ok_and(|a| a.get("allow") == Some(&serde_json::Value::Bool(true)));
             rsp.status = if allowed { 200 } else { 403 };
-            if let Some(rule) = table.outcome_id(&decision) {
+            if let Some(rule) = table.outcome_id(decision) {
                 rsp.headers.push(("X-Clef-Rule", header_safe(&rule)));
+            }
+            if let Some(id) = decided.snapshot {
+                rsp.headers.push(("X-Clef-Snapshot", id.text().as_str().to_string()));
             }
         }
         Err(e) => {
-            slot.stats.record_invalid_input();
             rsp.body.clear();
             rsp.error(e.status(), e.code(), &e.to_string());
         }
+    }
+}
+
+/// `GET /snapshots/{id}` (admin): a recent snapshot from the recorder's memory.
+fn snapshot(app: &App, id: &str, rsp: &mut Response) {
+    let Some(parsed) = crate::snapshot::SnapshotId::parse(id) else {
+        return rsp.error(
+            400,
+            "invalid_snapshot_id",
+            &format!(
+                "\"{}\" is not a snapshot id: ids are UUIDs such as 01a230b8-dbd5-7137-bffb-a4cb18ebdb45",
+                id.escape_debug()
+            ),
+        );
+    };
+    let Some(recorder) = &app.stages.recorder else {
+        return rsp.error(404, "unknown_snapshot", "snapshots are off (snapshots.enabled: false); nothing is recorded");
+    };
+    match recorder.lookup(parsed) {
+        Some(line) => rsp.body.push_str(line.trim_end()),
+        None => rsp.error(
+            404,
+            "unknown_snapshot",
+            &format!(
+                "no snapshot {id} in memory: it is older than the recent window, was sampled out or dropped, or never made; \
+                 older snapshots are in the segment files of {}",
+                recorder.dir().display()
+            ),
+        ),
     }
 }
 
@@ -429,12 +477,28 @@ fn metrics_text(app: &App, req: &Request<'_>, rsp: &mut Response) {
         .iter()
         .map(|(name, slot)| TableLoad { name, failing: slot.error.is_some(), failures: slot.load_failures })
         .collect();
+    let shadows = app.stages.shadow_counts();
     let gauges = Gauges {
         uptime_seconds: app.started.elapsed().as_secs_f64(),
         inflight: app.inflight(),
         load: app.load(),
         open_connections: app.open_connections() as u64,
         table_loads: &loads,
+        snapshots: app.stages.recorder.as_ref().map(|r| {
+            let s = r.stats();
+            metrics::SnapshotFigures {
+                recorded: s.recorded,
+                sampled_out: s.sampled_out,
+                dropped: s.dropped,
+                queued_bytes: s.queued_bytes,
+                written_bytes: s.bytes_written,
+                write_errors: s.write_errors,
+                lost: s.lost,
+                disk_bytes: s.disk_bytes,
+                segments: s.segments,
+            }
+        }),
+        shadows: &shadows,
     };
     let format = metrics::Format::from_accept(req.header("accept").and_then(|a| std::str::from_utf8(a).ok()));
     rsp.body = metrics::encode_format(format, &views, &app.stats, &gauges);

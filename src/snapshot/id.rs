@@ -240,6 +240,12 @@ pub fn next_id() -> SnapshotId {
     next_id_at(SystemTime::now())
 }
 
+/// 64 random bits from this thread's generator (for draws such as a canary without a key).
+#[inline]
+pub fn random_u64() -> u64 {
+    with_thread_gen(|g| g.rng().next_u64())
+}
+
 /// Runs `f` with this thread's generator (ids and sampling share it).
 #[inline]
 pub(crate) fn with_thread_gen<R>(f: impl FnOnce(&mut IdGen) -> R) -> R {

@@ -276,6 +276,8 @@ pub struct ResponseMeta<'a> {
     pub timestamp: SystemTime,
     /// the snapshot id, when snapshots are on
     pub snapshot_id: Option<&'a str>,
+    /// whether the snapshot was written (`"recorded": false` follows the id otherwise)
+    pub recorded: bool,
     /// who decided
     pub instance: &'a str,
 }
@@ -410,6 +412,9 @@ impl Table {
         if let Some(id) = meta.snapshot_id {
             out.push_str(",\"snapshot_id\":");
             write_json_string(id, out);
+            if !meta.recorded {
+                out.push_str(",\"recorded\":false");
+            }
         }
         out.push_str(",\"instance\":");
         write_json_string(meta.instance, out);

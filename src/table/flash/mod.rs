@@ -197,22 +197,6 @@ fn range_bucket(bounds: &[f64], buckets: &[u16], x: f64) -> Option<u16> {
     buckets.get(i).copied()
 }
 
-/// Reads the value at a dotted path: objects only; anything else on the way is missing.
-#[inline]
-fn read<'a>(root: &Value<'a>, path: &[Box<str>]) -> Value<'a> {
-    let mut v = *root;
-    for seg in path {
-        v = match v {
-            Value::Object(o) => match o.get(seg) {
-                Some(x) => x,
-                None => return Value::Nil,
-            },
-            _ => return Value::Nil,
-        };
-    }
-    v
-}
-
 impl FlashTable {
     /// Builds the lookup structures of `spec`, after checking everything the lookup relies on
     /// (see the module comment). The error says what is wrong, for a `.cfb` that does not hold
@@ -333,7 +317,7 @@ impl FlashTable {
                 }
                 let mut cell = 0;
                 for (v, d) in first.iter().zip(self.dims.iter()) {
-                    let b = d.lookup.bucket(&read(v, &d.rest))?;
+                    let b = d.lookup.bucket(&v.at_path(&d.rest))?;
                     cell += usize::from(b) * d.stride;
                 }
                 Some(cell)
@@ -341,7 +325,7 @@ impl FlashTable {
             _ => {
                 let mut cell = 0;
                 for d in self.dims.iter() {
-                    let b = d.lookup.bucket(&read(root, &d.path))?;
+                    let b = d.lookup.bucket(&root.at_path(&d.path))?;
                     cell += usize::from(b) * d.stride;
                 }
                 Some(cell)
@@ -405,7 +389,7 @@ impl FlashTable {
             if i > 0 {
                 out.push_str(", ");
             }
-            let v = read(root, &d.path);
+            let v = root.at_path(&d.path);
             out.push_str(&d.field);
             match v {
                 Value::Nil => out.push_str(" missing"),
