@@ -313,7 +313,9 @@ impl RuleIndex {
                 tests += 1;
                 return tests <= MAX_TEST_FIELDS;
             }
-            let atoms = FIXED + 2 * lits[src].len() + 8;
+            // Atoms come from distinct literals: 10,000 rules testing `tier == "t3"` among ten
+            // tiers make a dozen atoms, not 20,000.
+            let atoms = FIXED + 2 * distinct_literals(&lits[src]) + 8;
             atoms.saturating_mul(words).saturating_mul(8) <= MAX_FIELD_BYTES
         });
         let field_of: FxHashMap<Source, usize> = sources.iter().cloned().enumerate().map(|(i, s)| (s, i)).collect();
@@ -580,6 +582,25 @@ fn test_atoms<'a>(op: BinOp, literal: &'a str, with_key: Option<&'a [(Box<str>, 
         classes: vec![safety::BOOL, safety::BOOL, 0],
         number_base: 3,
     }
+}
+
+/// How many different literals `lits` holds (numbers by their value as floats, which can only
+/// count two equal numbers twice, never two different ones once): the atoms they make.
+fn distinct_literals(lits: &[&Const]) -> usize {
+    let mut strings: rustc_hash::FxHashSet<&str> = Default::default();
+    let mut numbers: rustc_hash::FxHashSet<u64> = Default::default();
+    for c in lits {
+        match c {
+            Const::Str(s) => {
+                strings.insert(s);
+            }
+            Const::Int(_) | Const::Float(_) => {
+                numbers.insert(as_f64(c).to_bits());
+            }
+            _ => {}
+        }
+    }
+    strings.len() + numbers.len()
 }
 
 fn as_f64(c: &Const) -> f64 {
@@ -976,5 +997,28 @@ mod tests {
                 "{\"items\": [1, 2], \"n\": -5, \"u\": {\"tier\": \"silver\"}, \"session\": 3}",
             ],
         );
+    }
+
+    /// A field's memory budget counts distinct literals: 10,000 rules over ten tiers and a few
+    /// hundred amounts index both fields, as 100 rules do (it once counted every occurrence,
+    /// and tables past a few thousand rules lost their index).
+    #[test]
+    fn large_tables_repeating_literals_keep_their_index() {
+        let build = |n: usize| {
+            let rules: Vec<serde_json::Value> = (0..n)
+                .map(|i| {
+                    let condition = format!("tier == \"t{}\" && amount > {}", i % 10, i % 300);
+                    serde_json::json!({"id": format!("r{i}"), "condition": condition, "action": {}})
+                })
+                .collect();
+            let text = serde_json::json!({"rules": rules}).to_string();
+            Table::from_bytes(Path::new("t.json"), text.as_bytes(), &Limits::default()).unwrap()
+        };
+        let indexed = |t: &Table| match &t.engine {
+            crate::table::Engine::Rules(e) => e.indexed_fields(),
+            _ => unreachable!("a Jev table has rules"),
+        };
+        assert_eq!(indexed(&build(100)), 2);
+        assert_eq!(indexed(&build(10_000)), 2);
     }
 }
