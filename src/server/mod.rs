@@ -7,6 +7,7 @@
 pub mod conn;
 pub mod http;
 pub mod notify;
+mod router_admin;
 pub mod routes;
 pub mod socket;
 
@@ -52,6 +53,8 @@ pub struct App {
     pub stats: ServerStats,
     /// canary and shadow tables, and the snapshot recorder
     pub stages: Stages,
+    /// the Clef router (SPEC §7), when `router:` names instances
+    pub router: Option<Arc<crate::router::Router>>,
     draining: AtomicBool,
     inflight: Vec<CachePadded<AtomicI64>>,
     busy_ns: Vec<CachePadded<AtomicU64>>,
@@ -235,6 +238,7 @@ pub fn run(loaded: Loaded) -> i32 {
         started,
         stats: ServerStats::new(),
         stages: Stages::new(&cfg.model, recorder),
+        router: cfg.router.enabled().then(|| crate::router::Router::new(&cfg.router)),
         draining: AtomicBool::new(false),
         inflight: (0..SLOTS).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
         busy_ns: (0..SLOTS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
@@ -258,6 +262,9 @@ pub fn run(loaded: Loaded) -> i32 {
     }
     if let Some(r) = &app.stages.recorder {
         log::info!("recording decision snapshots in {}", r.dir().display());
+    }
+    if let Some(router) = &app.router {
+        router_admin::announce(router, &app.registry.snapshot());
     }
     if let Some(d) = &app.default_table {
         if app.registry.snapshot().get(d).is_none() {
@@ -290,6 +297,10 @@ pub fn run(loaded: Loaded) -> i32 {
         app.registry.snapshot().slots.len(),
         started.elapsed().as_millis()
     );
+    if let Some(router) = &app.router {
+        // probes run on may coroutines: started once may is configured
+        router.start();
+    }
     notify::ready(&format!("serving on {main_addr}"));
     spawn_sampler(app.clone(), workers);
     if cfg.model.watch_file {
