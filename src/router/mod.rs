@@ -286,10 +286,13 @@ impl Router {
         had
     }
 
-    /// Sets what instance `index` reported (as a successful probe would) and publishes: for
+    /// Sets what instance `index` at `addr` reported (as a successful probe would) and publishes: for
     /// benchmarks and tests that route without probing.
-    pub fn report(&self, index: usize, health: Health) {
+    pub fn report_at(&self, index: usize, addr: std::net::SocketAddr, health: Health) {
         let mut control = self.control.lock();
+        if let Some(p) = control.probed.get_mut(index) {
+            p.addr = Some(addr);
+        }
         control.apply_probe(self, index, Ok(health), Instant::now());
         self.publish(&mut control);
     }
