@@ -278,7 +278,10 @@ pub fn run(loaded: Loaded) -> i32 {
     if let Err(e) = signals.thread_block() {
         log::warn!("cannot block signals: {e}");
     }
-    may::config().set_workers(workers).set_stack_size(0x2000).set_pool_capacity(8);
+    // 0x2000 words: 64 KiB. Unoptimised (debug) builds take several times the stack per frame:
+    // a reload or a forward through the router's client would overflow it there.
+    let stack_words = if cfg!(debug_assertions) { 0x8000 } else { 0x2000 };
+    may::config().set_workers(workers).set_stack_size(stack_words).set_pool_capacity(8);
     may::config().set_worker_pin(true);
 
     let main_addr = format!("{}:{}", cfg.server.host, cfg.server.port);
