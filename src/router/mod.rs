@@ -76,6 +76,8 @@ pub struct Router {
     published: ArcSwap<InstanceTable>,
     counters: Counters,
     control: Mutex<Control>,
+    /// whether any table is switched by hand (`POST /router/failover`)
+    any_failover: CachePadded<AtomicBool>,
     stop: AtomicBool,
 }
 
@@ -172,6 +174,7 @@ impl Router {
             published: ArcSwap::from_pointee(InstanceTable::empty()),
             counters: Counters::new(specs.len()),
             control: Mutex::new(control),
+            any_failover: CachePadded::new(AtomicBool::new(false)),
             stop: AtomicBool::new(false),
             specs,
         };
@@ -222,10 +225,12 @@ impl Router {
     pub fn route(&self, ask: &Ask<'_>) -> Plan {
         let local_first = ask.local_serves && ask.local_load < self.config.local_max_load;
         if local_first && self.config.policy == Policy::Score {
-            // The hand-set failover still wins; it is in the table.
-            let failover = self.with_table(|t| t.failover_for(ask.table));
-            if let Some(to) = failover {
-                return Plan::Failover(to);
+            // A hand-set failover still wins; it is in the table, looked at only while one is set
+            // (a flag only the admin endpoints write).
+            if self.any_failover.load(Ordering::Relaxed) {
+                if let Some(to) = self.with_table(|t| t.failover_for(ask.table)) {
+                    return Plan::Failover(to);
+                }
             }
             self.counters.add(self.local, Field::Routed, 1);
             return Plan::Local;
@@ -274,6 +279,7 @@ impl Router {
         let mut control = self.control.lock();
         control.failover.insert(table.to_string(), to.to_string());
         self.publish(&mut control);
+        self.any_failover.store(true, Ordering::Release);
     }
 
     /// Ends a hand-set failover; false when `table` had none.
@@ -281,6 +287,7 @@ impl Router {
         let mut control = self.control.lock();
         let had = control.failover.remove(table).is_some();
         if had {
+            self.any_failover.store(!control.failover.is_empty(), Ordering::Release);
             self.publish(&mut control);
         }
         had

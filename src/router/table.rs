@@ -422,6 +422,8 @@ impl InstanceTable {
         let eligible = |i: u32| i != local || ask.local_serves;
         let start = ring.partition_point(|&(point, _)| point < key);
         let mut picked: [Option<u32>; 2] = [None, None];
+        // with fewer than two eligible instances there is no retry to look for
+        let eligible_count = candidates.members.len() + usize::from(ask.local_serves);
         for k in 0..ring.len() {
             let (_, i) = ring[(start + k) % ring.len()];
             if !eligible(i) || picked[0] == Some(i) {
@@ -429,7 +431,7 @@ impl InstanceTable {
             }
             if picked[0].is_none() {
                 picked[0] = Some(i);
-                if i == local {
+                if i == local || eligible_count < 2 {
                     break;
                 }
             } else {
