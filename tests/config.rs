@@ -191,7 +191,7 @@ fn check_reports_every_problem() {
 
 #[test]
 fn check_says_when_tables_dir_does_not_exist_and_warns_about_later_features() {
-    let (dir, path) = write(b"model:\n  tables_dir: ./nowhere\nrouter:\n  region: eu\n");
+    let (dir, path) = write(b"model:\n  tables_dir: ./nowhere\ntuning:\n  region: eu\n");
     let d = check_file(&path);
     assert_eq!(d.len(), 2, "{d:?}");
     assert_eq!((d[0].line, d[0].column, d[0].severity), (2, 15, Severity::Error));
@@ -200,7 +200,7 @@ fn check_says_when_tables_dir_does_not_exist_and_warns_about_later_features() {
     std::fs::create_dir(dir.path().join("nowhere")).unwrap();
     assert!(check_file(&path).iter().all(|d| d.severity == Severity::Warning));
     let loaded = load_ok(&path);
-    assert_eq!(loaded.warnings, vec!["`router` is not implemented by this version yet; ignored".to_string()]);
+    assert_eq!(loaded.warnings, vec!["`tuning` is not implemented by this version yet; ignored".to_string()]);
 }
 
 #[test]

@@ -752,10 +752,12 @@ fn metrics_are_documented_with_type_and_labels() {
     let loads = [TableLoad { name: "t", failing: true, failures: 1 }];
     let shadows =
         [clef::metrics::ShadowCount { table: "t".into(), shadow: "c".into(), agree: 1, disagree: 0, error: 0 }];
+    let router = [clef::router::InstanceFigures { id: "i".into(), ..Default::default() }];
     let gauges = Gauges {
         table_loads: &loads,
         snapshots: Some(clef::metrics::SnapshotFigures::default()),
         shadows: &shadows,
+        router: &router,
         ..Gauges::default()
     };
     let text = encode_format(Format::Prometheus, &views, &server, &gauges);
