@@ -178,16 +178,22 @@ pub enum Engine {
 }
 
 impl Engine {
-    fn decide_body(&self, body: &[u8], explain: bool, max_depth: usize) -> Result<Decision, InputError> {
+    fn decide_body(
+        &self,
+        body: &[u8],
+        explain: bool,
+        max_depth: usize,
+        switched: Option<&SwitchedOff>,
+    ) -> Result<Decision, InputError> {
         match self {
-            Engine::Rules(e) => e.decide_body(body, explain, max_depth),
+            Engine::Rules(e) => e.decide_body_with(body, explain, max_depth, switched),
             Engine::Flash(f) => input::with_parsed(body, max_depth, |root| f.decide(&root, explain)),
         }
     }
 
-    fn decide_reference(&self, root: &Value<'_>) -> Result<Decision, InputError> {
+    fn decide_reference(&self, root: &Value<'_>, switched: Option<&SwitchedOff>) -> Result<Decision, InputError> {
         match self {
-            Engine::Rules(e) => e.decide_reference(root),
+            Engine::Rules(e) => e.decide_reference_with(root, switched),
             Engine::Flash(f) => Ok(f.decide_reference(root)),
         }
     }
@@ -383,19 +389,13 @@ impl Table {
     /// Decides one JSON body: parsed once, checked against the table's schema
     /// (when it has one), then evaluated with the rules enabled on this copy.
     pub fn decide(&self, body: &[u8], explain: bool) -> Result<Decision, InputError> {
-        match (&*self.engine, &self.switched_off) {
-            (Engine::Rules(e), Some(off)) => {
-                e.decide_body_with(body, explain, self.limits.max_input_depth, off.enabled())
-            }
-            (engine, _) => engine.decide_body(body, explain, self.limits.max_input_depth),
-        }
+        self.engine.decide_body(body, explain, self.limits.max_input_depth, self.switched_off.as_deref())
     }
 
     /// Decides one JSON body with the reference evaluator (for tests and checks).
     pub fn decide_reference(&self, body: &[u8]) -> Result<Decision, InputError> {
-        input::with_parsed(body, self.limits.max_input_depth, |root| match (&*self.engine, &self.switched_off) {
-            (Engine::Rules(e), Some(off)) => e.decide_reference_with(&root, off.enabled()),
-            (engine, _) => engine.decide_reference(&root),
+        input::with_parsed(body, self.limits.max_input_depth, |root| {
+            self.engine.decide_reference(&root, self.switched_off.as_deref())
         })?
     }
 

@@ -301,20 +301,21 @@ impl RuleEngine {
 
     /// Decides one request body with the rules the file enables.
     pub fn decide_body(&self, body: &[u8], explain: bool, max_depth: usize) -> Result<Decision, InputError> {
-        self.decide_body_with(body, explain, max_depth, &self.enabled)
+        self.decide_body_with(body, explain, max_depth, None)
     }
 
-    /// Decides one request body with the rules whose bit is set in `enabled` (the file's rules,
-    /// or fewer: kill switches, see [`SwitchedOff`]). Without explain, the body is scanned for
-    /// what the table reads (see `input::scan`); a body the scan does not vouch for, and
-    /// explain, take the full parse — which also gives every error a body can have.
+    /// Decides one request body with the rules the file enables less those `switched` off (kill
+    /// switches). Without explain, the body is scanned for what the table reads (see
+    /// `input::scan`); a body the scan does not vouch for, and explain, take the full parse —
+    /// which also gives every error a body can have.
     pub fn decide_body_with(
         &self,
         body: &[u8],
         explain: bool,
         max_depth: usize,
-        enabled: &[u64],
+        switched: Option<&SwitchedOff>,
     ) -> Result<Decision, InputError> {
+        let enabled = switched.map_or(&self.enabled[..], SwitchedOff::enabled);
         if let (false, Some(plan)) = (explain, &self.plan) {
             let scanned = scan::with_scanned(body, plan, max_depth, |slots| {
                 // a schema mismatch is answered by the full path, which names the field
@@ -361,11 +362,16 @@ impl RuleEngine {
     /// path, then every enabled rule in order, conditions walked from the
     /// syntax tree, no index.
     pub fn decide_reference(&self, root: &Value<'_>) -> Result<Decision, InputError> {
-        self.decide_reference_with(root, &self.enabled)
+        self.decide_reference_with(root, None)
     }
 
-    /// [`RuleEngine::decide_reference`] with the rules whose bit is set in `enabled`.
-    pub fn decide_reference_with(&self, root: &Value<'_>, enabled: &[u64]) -> Result<Decision, InputError> {
+    /// [`RuleEngine::decide_reference`] with the rules `switched` off left out too.
+    pub fn decide_reference_with(
+        &self,
+        root: &Value<'_>,
+        switched: Option<&SwitchedOff>,
+    ) -> Result<Decision, InputError> {
+        let enabled = switched.map_or(&self.enabled[..], SwitchedOff::enabled);
         self.schema.check_reference(root)?;
         let arena = Bump::new();
         // placeholders are filled the same way on both paths: they are not what this checks

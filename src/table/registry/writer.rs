@@ -213,6 +213,12 @@ impl Writer {
                 match self.pinned_table(&pin, slot.current.as_ref()) {
                     Ok(table) => {
                         if !slot.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &table)) {
+                            log::info!(
+                                "table {name}: serving version {}, which a rollback pinned it to at {}; its file holds \
+                                 {version}",
+                                pin.version,
+                                pin.since
+                            );
                             slot.serve(table);
                         }
                         slot.pin = Some(pin.clone());
