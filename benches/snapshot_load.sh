@@ -56,8 +56,9 @@ run() { # name
   local name=$1 port pid out rps p50 p99 errors mid
   port=$(field "$name" 3); pid=$(field "$name" 2)
   ( sleep "$(python3 -c "print($SECONDS_PER_RUN / 2)")"; rss_mb "$pid" > "$WORK/mid-rss" ) &
+  local sampler=$!
   out=$(wrk -t"$THREADS" -c"$CONNS" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/post.lua" "http://127.0.0.1:$port/decide")
-  wait
+  wait "$sampler"
   mid=$(cat "$WORK/mid-rss")
   rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
   p50=$(echo "$out" | awk '$1=="50%" {print $2}')

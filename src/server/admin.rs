@@ -9,6 +9,7 @@ use super::http::Response;
 use super::App;
 use crate::expr::json::write_json_string;
 use crate::table::registry::{Reloaded, Slot, SwitchError, WriterError};
+use crate::table::Engine;
 
 /// `PUT /tables/{name}/rules/{id}/enabled` with a body of `true` or `false`: a kill switch
 /// (SPEC §8.3), in force on every core at once, saved in `state_dir`.
@@ -122,7 +123,8 @@ pub fn write_switch_state(slot: &Slot, b: &mut String) {
         }
         None => b.push_str("null"),
     }
-    if let Some(t) = &slot.current {
+    // a flash table has cells, not rules: nothing to switch off
+    if let Some(t) = slot.current.as_ref().filter(|t| matches!(&*t.engine, Engine::Rules(_))) {
         b.push_str(",\"switched_off\":");
         write_string_array(t.switched_off_ids(), b);
     }
