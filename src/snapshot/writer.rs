@@ -21,8 +21,9 @@
 //! its slot as a spare (a warm recorder maps nothing), and once a second unmaps the spares the
 //! slot did not need in the last second: a second after a burst, an idle slot holds nothing.
 //! The recent window holds the compressed frames as written (about ten times more snapshots
-//! per byte than the lines), bounded in bytes. Then the writer asks the allocator to give back
-//! what it freed ([`crate::memory::release`]).
+//! per byte than the lines), bounded in bytes. An idle writer also frees its zstd context and
+//! frame buffer (made again for the next frame). Then it asks the allocator to give back what
+//! was freed ([`crate::memory::release`]).
 //!
 //! **A lookup misses nothing recent.** A chunk is in exactly one of three places a lookup
 //! searches: its slot, the writer's in-flight list (entered under the slot's lock as the
@@ -627,6 +628,10 @@ struct OpenSegment {
 
 struct Writer {
     s: Arc<Shared>,
+    /// the zstd level when segments are compressed; `None`: plain NDJSON
+    zstd_level: Option<i32>,
+    /// made for the first frame after an idle spell and freed when the recorder goes idle
+    /// (its tables take about half a MiB)
     compressor: Option<zstd::bulk::Compressor<'static>>,
     segment_bytes: u64,
     open: [Option<OpenSegment>; 2],
@@ -648,19 +653,14 @@ struct Writer {
 
 impl Writer {
     fn new(s: Arc<Shared>) -> io::Result<Writer> {
-        let compressor = match s.config.compress {
-            Compress::Zstd => {
-                let mut c = zstd::bulk::Compressor::new(s.settings.zstd_level)?;
-                c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
-                c.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(true))?;
-                Some(c)
-            }
-            Compress::None => None,
-        };
+        let zstd_level = (s.config.compress == Compress::Zstd).then_some(s.settings.zstd_level);
+        // made now so that a level zstd refuses fails the start
+        let compressor = zstd_level.map(new_compressor).transpose()?;
         let segment_bytes =
             s.settings.segment_bytes.unwrap_or_else(|| ((s.config.max_disk_mb << 20) / 8).clamp(256 << 10, 64 << 20));
         let next_seq = segment::list(&s.dir)?.iter().map(|seg| seg.seq + 1).max().unwrap_or(1);
         Ok(Writer {
+            zstd_level,
             compressor,
             segment_bytes,
             open: [None, None],
@@ -792,8 +792,9 @@ impl Writer {
                 drop(surplus);
             }
         }
-        if !busy && self.frame_out.capacity() > 0 {
+        if !busy {
             self.frame_out = Vec::new();
+            self.compressor = None;
         }
         crate::memory::release(self.was_busy && !busy);
         self.was_busy = busy;
@@ -864,8 +865,12 @@ impl Writer {
     fn frames(&mut self, chunks: &[&Chunk]) -> io::Result<Vec<Frame>> {
         let mut frames = Vec::with_capacity(chunks.len());
         for chunk in chunks {
-            let data: Arc<[u8]> = match self.compressor.as_mut() {
-                Some(c) => {
+            let data: Arc<[u8]> = match self.zstd_level {
+                Some(level) => {
+                    if self.compressor.is_none() {
+                        self.compressor = Some(new_compressor(level)?);
+                    }
+                    let c = self.compressor.as_mut().expect("made above");
                     self.frame_out.clear();
                     self.frame_out.reserve(zstd::zstd_safe::compress_bound(chunk.len));
                     c.compress_to_buffer(chunk.bytes(), &mut self.frame_out)?;
@@ -873,7 +878,7 @@ impl Writer {
                 }
                 None => Arc::from(chunk.bytes()),
             };
-            let zstd = self.compressor.is_some();
+            let zstd = self.zstd_level.is_some();
             frames.push(Frame { data, zstd, first_ms: chunk.first_ms, last_ms: chunk.last_ms });
         }
         // a long line's frame does not keep its buffer
@@ -884,7 +889,7 @@ impl Writer {
     }
 
     fn open_segment(&mut self, stream: Stream) -> io::Result<()> {
-        let zstd = self.compressor.is_some();
+        let zstd = self.zstd_level.is_some();
         for _ in 0..1000 {
             let seq = self.next_seq;
             self.next_seq += 1;
@@ -994,6 +999,15 @@ impl Writer {
         self.s.w.segments.store(remaining, Relaxed);
         self.s.w.disk_bytes.store(total, Relaxed);
     }
+}
+
+/// A zstd compressor at `level` whose frames carry their size and a checksum (a reader tells
+/// a torn last frame by them).
+fn new_compressor(level: i32) -> io::Result<zstd::bulk::Compressor<'static>> {
+    let mut c = zstd::bulk::Compressor::new(level)?;
+    c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+    c.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(true))?;
+    Ok(c)
 }
 
 /// Writes every slice, with as few `writev` calls as the kernel allows (one, normally).
