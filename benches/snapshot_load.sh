@@ -9,9 +9,9 @@
 # decision recorded to a temporary folder), warms both, then runs wrk against each in turn,
 # ROUNDS times (SECONDS per run; only one server is loaded at a time), and prints requests/s,
 # p50/p99 per run, the medians and their ratio (target: on/off >= 0.85), the recording server's
-# resident memory before, during (sampled in the middle of each of its runs) and after, and its
-# snapshot counters. Then it times `clef replay` over every snapshot recorded (CPU time of the
-# process: snapshots per second per core; target: >= 200,000).
+# resident memory before, during (sampled in the middle of each of its runs) and 1, 3 and 5 s
+# after, and its snapshot counters. Then it times `clef replay` over every snapshot recorded (CPU
+# time of the process: snapshots per second per core; target: >= 200,000).
 # Needs wrk. Talks only to 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,8 +71,10 @@ for _ in $(seq "$ROUNDS"); do
   run off
   run on
 done
-sleep 2
-echo "RSS after: on $(rss_mb "$ON_PID") MB, off $(rss_mb "$(field off 2)") MB"
+for t in 1 3 5; do # seconds after the last run
+  sleep $((t == 1 ? 1 : 2))
+  echo "RSS ${t} s after: on $(rss_mb "$ON_PID") MB, off $(rss_mb "$(field off 2)") MB"
+done
 curl -s "http://127.0.0.1:$ON_ADMIN/metrics" | grep -E '^clef_snapshots_[a-z_]+ ' || true
 python3 - "$WORK/results" <<'PY'
 import statistics, sys

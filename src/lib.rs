@@ -14,6 +14,7 @@ pub mod expr;
 pub mod files;
 pub mod input;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod router;
 pub mod server;

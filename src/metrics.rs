@@ -471,6 +471,8 @@ pub struct SnapshotFigures {
     pub dropped: u64,
     /// bytes waiting for the writer now
     pub queued_bytes: u64,
+    /// memory the recorder's queue and recent window take now
+    pub memory_bytes: u64,
     /// bytes written to segment files (after compression)
     pub written_bytes: u64,
     /// failed writes, syncs, opens and deletes
@@ -823,6 +825,7 @@ impl Collector for StagesCollector {
             }
             let gauges = [
                 ("clef_snapshots_queued_bytes", "Snapshot bytes waiting for the writer", s.queued_bytes),
+                ("clef_snapshots_memory_bytes", "Memory the snapshot queue and recent window take", s.memory_bytes),
                 ("clef_snapshots_disk_bytes", "Bytes the snapshot segment files take", s.disk_bytes),
                 ("clef_snapshots_segments", "Snapshot segment files on disk", s.segments),
             ];

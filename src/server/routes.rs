@@ -620,6 +620,7 @@ fn metrics_text(app: &App, req: &Request<'_>, rsp: &mut Response) {
                 sampled_out: s.sampled_out,
                 dropped: s.dropped,
                 queued_bytes: s.queued_bytes,
+                memory_bytes: s.queue_memory_bytes + s.recent_bytes,
                 written_bytes: s.bytes_written,
                 write_errors: s.write_errors,
                 lost: s.lost,

@@ -139,6 +139,8 @@ pub(crate) struct Scratch {
     pub text: String,
     /// the redacted input
     pub redacted: String,
+    /// the encoded line, before it is copied into the queue
+    pub line: String,
 }
 
 /// Appends the snapshot line of `ev` with id `id` (and its `\n`) to `out`. `redacted`: the

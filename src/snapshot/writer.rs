@@ -1,16 +1,37 @@
-//! The recorder: workers append snapshot lines to per-core buffers; one writer thread takes
-//! them in batches, writes them to segment files, rotates and deletes segments, and keeps the
-//! most recent batches in memory for `GET /snapshots/{id}`.
+//! The recorder: workers append snapshot lines to per-core queues of fixed-size chunks; one
+//! writer thread takes the filled chunks, compresses each into one zstd frame, appends them to
+//! segment files, rotates and deletes segments, and keeps the most recent frames in memory for
+//! `GET /snapshots/{id}`.
 //!
-//! The queue from the workers to the writer is a set of per-core buffers, bounded in bytes:
-//! a worker locks its own core's buffer (uncontended: only the writer, once per batch, takes
-//! it too, for the time of a pointer swap), appends the encoded line, and unlocks. A buffer
-//! beyond its share of `Settings::queue_bytes` refuses the snapshot (counted as dropped): the
-//! decision never waits for the disk. A worker whose buffer passes half its share wakes the
-//! writer early (one `unpark` per half buffer, not per snapshot); otherwise the writer wakes
-//! every `flush_ms / 2`. Buffers go round: the worker's buffer becomes a batch, the batch
-//! joins the recent window, and when it leaves the window it is emptied and handed back to a
-//! worker, so a warm recorder allocates nothing per snapshot.
+//! **The queue is bounded in memory, not in lines.** Each core's slot owns chunks of
+//! `Settings::chunk_bytes` (128 KiB), at most its share of `Settings::queue_bytes` of them
+//! counted by capacity wherever they are (being filled, waiting, with the writer, spare). A
+//! worker encodes the line into its thread's scratch string, locks its own slot (uncontended:
+//! only the writer, for pointer moves, and a rare lookup take it too), copies the line into the
+//! open chunk and unlocks. A chunk never grows: a line that does not fit closes it and opens a
+//! spare; with no spare and no room left in the share the snapshot is refused and counted (the
+//! decision never waits for the disk). A line longer than a chunk gets a chunk of its own size,
+//! within the same share. Closing a chunk wakes the writer (one `unpark` per chunk, none per
+//! snapshot); otherwise it wakes every `flush_ms / 2` and then also takes the chunks still
+//! being filled.
+//!
+//! **Memory comes back.** Chunks are mapped from the OS ([`memmap2`]), not taken from the
+//! allocator: a chunk that is unmapped returns its pages at once, whichever thread filled it,
+//! and a fresh one costs nothing until it is written. The writer hands a written chunk back to
+//! its slot as a spare (a warm recorder maps nothing), and once a second unmaps the spares the
+//! slot did not need in the last second: a second after a burst, an idle slot holds nothing.
+//! The recent window holds the compressed frames as written (about ten times more snapshots
+//! per byte than the lines), bounded in bytes. An idle writer also frees its zstd context and
+//! frame buffer (made again for the next frame). Then it asks the allocator to give back what
+//! was freed ([`crate::memory::release`]).
+//!
+//! **A lookup misses nothing recent.** A chunk is in exactly one of three places a lookup
+//! searches: its slot, the writer's in-flight list (entered under the slot's lock as the
+//! chunk leaves the slot, left only after its frame joined the window), or the window. A
+//! lookup searches the window, the in-flight list, the slots, the in-flight list again and the
+//! window again, so a chunk moving on while it looks is found at its next place; each chunk
+//! and frame carries the time range of its ids, so a lookup decodes only the frames that can
+//! hold the id.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -33,12 +54,15 @@ use crate::metrics::worker_slot;
 /// Internal sizes and intervals; the defaults suit a Raspberry Pi. Tests shrink them.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// snapshots waiting for the writer, all cores together, in bytes (beyond: dropped)
+    /// memory the queue may take, all cores together, in bytes of chunk capacity (beyond:
+    /// snapshots are dropped); each core's slot gets an equal share, at least 64 KiB
     pub queue_bytes: usize,
-    /// the memory of the recent window `lookup` answers from, in bytes (of buffer capacity)
+    /// the memory of the recent window `lookup` answers from, in bytes: compressed frames
+    /// (plain chunks with `compress: none`)
     pub recent_bytes: usize,
-    /// largest uncompressed batch in one zstd frame (a bigger flush is several frames)
-    pub frame_bytes: usize,
+    /// the size of one queue chunk, and so the largest uncompressed zstd frame (a longer line
+    /// is a frame of its own); at most a quarter of a slot's share
+    pub chunk_bytes: usize,
     /// a segment is closed beyond this size; default: `max_disk_mb / 8`, from 256 KiB to 64 MiB
     pub segment_bytes: Option<u64>,
     /// a segment is closed once open this long (so that age-based retention can delete it)
@@ -47,6 +71,8 @@ pub struct Settings {
     pub sync_interval: Duration,
     /// how often retention runs (also at start and after each segment closes)
     pub retention_interval: Duration,
+    /// how often spare chunks a slot did not need are unmapped and freed memory is returned
+    pub trim_interval: Duration,
     /// zstd compression level
     pub zstd_level: i32,
 }
@@ -54,13 +80,14 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            queue_bytes: 8 << 20,
-            recent_bytes: 4 << 20,
-            frame_bytes: 1 << 20,
+            queue_bytes: 4 << 20,
+            recent_bytes: 1 << 20,
+            chunk_bytes: 128 << 10,
             segment_bytes: None,
             max_segment_age: Duration::from_secs(3600),
             sync_interval: Duration::from_secs(10),
             retention_interval: Duration::from_secs(60),
+            trim_interval: Duration::from_secs(1),
             zstd_level: 1,
         }
     }
@@ -104,11 +131,13 @@ pub struct Stats {
     pub dropped: u64,
     /// bytes waiting for the writer now
     pub queued_bytes: u64,
+    /// memory the queue's chunks take now (their capacity: filled, waiting, being written, spare)
+    pub queue_memory_bytes: u64,
     /// snapshot bytes (uncompressed NDJSON) written to segments
     pub bytes_in: u64,
     /// bytes written to segment files (after compression)
     pub bytes_written: u64,
-    /// batches written (each one write, and one zstd frame per MiB)
+    /// batches written (each one write of one zstd frame per chunk)
     pub batches: u64,
     /// segments opened
     pub segments_opened: u64,
@@ -161,31 +190,94 @@ struct Shared {
     threshold: u64,
     slots: Box<[CachePadded<Slot>]>,
     slot_mask: usize,
+    /// each slot's share of `queue_bytes`
     slot_cap: usize,
+    /// the capacity of an ordinary chunk (a page multiple)
+    chunk_bytes: usize,
     writer: OnceLock<Thread>,
     stopped: AtomicBool,
     flush_asked: AtomicU64,
     flush_done: Mutex<u64>,
     flushed: Condvar,
+    /// chunks the writer took from the slots and has not put in the window yet
+    in_flight: Mutex<Vec<Arc<Chunk>>>,
     recent: Mutex<Recent>,
     w: WriterCounters,
 }
 
 #[derive(Default)]
 struct Slot {
-    bufs: Mutex<SlotBufs>,
+    queue: Mutex<SlotQueue>,
     recorded: AtomicU64,
     sampled_out: AtomicU64,
     dropped: AtomicU64,
+    /// bytes of lines in `open` and `ready`
     queued: AtomicU64,
+    /// capacity of every chunk of the slot (`SlotQueue::held`), for the figures
+    held: AtomicU64,
 }
 
 #[derive(Default)]
-struct SlotBufs {
-    ordinary: String,
-    keep: String,
-    /// the writer was woken for this buffer and has not taken it yet
+struct SlotQueue {
+    /// the chunk being filled, per stream (`Stream as usize`); never empty when there
+    open: [Option<Chunk>; 2],
+    /// closed chunks waiting for the writer, in order
+    ready: Vec<Chunk>,
+    /// empty chunks the writer handed back
+    spares: Vec<Chunk>,
+    /// capacity of every chunk of this slot, wherever it is (here or with the writer)
+    held: usize,
+    /// bytes of lines in `open` and `ready`
+    queued: usize,
+    /// the writer was woken for a closed chunk and has not taken it yet
     signalled: bool,
+}
+
+/// A buffer of whole snapshot lines of one stream, mapped from the OS. It never grows: its
+/// capacity is what it was mapped with, and its pages are resident only once written.
+struct Chunk {
+    map: memmap2::MmapMut,
+    len: usize,
+    stream: Stream,
+    /// the range of the unix ms of the ids in it (`first_ms > last_ms` while empty)
+    first_ms: u64,
+    last_ms: u64,
+}
+
+impl Chunk {
+    fn map(capacity: usize) -> io::Result<Chunk> {
+        let map = memmap2::MmapMut::map_anon(capacity)?;
+        Ok(Chunk { map, len: 0, stream: Stream::Ordinary, first_ms: u64::MAX, last_ms: 0 })
+    }
+
+    fn capacity(&self) -> usize {
+        self.map.len()
+    }
+
+    fn room(&self) -> usize {
+        self.map.len() - self.len
+    }
+
+    fn push(&mut self, line: &[u8], ms: u64) {
+        self.map[self.len..self.len + line.len()].copy_from_slice(line);
+        self.len += line.len();
+        self.first_ms = self.first_ms.min(ms);
+        self.last_ms = self.last_ms.max(ms);
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.map[..self.len]
+    }
+
+    fn may_hold(&self, ms: u64) -> bool {
+        self.first_ms <= ms && ms <= self.last_ms
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+        self.first_ms = u64::MAX;
+        self.last_ms = 0;
+    }
 }
 
 #[derive(Default)]
@@ -201,16 +293,39 @@ struct WriterCounters {
     segments: AtomicU64,
 }
 
-/// The recent window: whole batches, newest last, bounded in bytes.
+/// One chunk as it was written: a zstd frame, or the plain lines.
+#[derive(Clone)]
+struct Frame {
+    data: Arc<[u8]>,
+    zstd: bool,
+    first_ms: u64,
+    last_ms: u64,
+}
+
+impl Frame {
+    /// The snapshot line starting with `finder`'s needle, if this frame holds it.
+    fn find(&self, finder: &memchr::memmem::Finder<'_>) -> Option<String> {
+        if !self.zstd {
+            return find_line(finder, &self.data);
+        }
+        let lines = zstd::stream::decode_all(&self.data[..]).ok()?;
+        find_line(finder, &lines)
+    }
+}
+
+/// The recent window: the frames last written, newest last, bounded in bytes.
 #[derive(Default)]
 struct Recent {
-    batches: VecDeque<Arc<String>>,
+    frames: VecDeque<Frame>,
     bytes: usize,
 }
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
+
+/// A line longer than this leaves the thread's scratch string freed rather than kept.
+const SCRATCH_KEPT: usize = 64 << 10;
 
 impl Recorder {
     /// Starts recording into `config.dir` (created if missing) with the default [`Settings`].
@@ -235,6 +350,7 @@ impl Recorder {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
         let n_slots = (cores * 2).next_power_of_two().min(crate::metrics::SLOTS);
         let slot_cap = (settings.queue_bytes / n_slots).max(64 << 10);
+        let chunk_bytes = page_multiple(settings.chunk_bytes.clamp(PAGE, slot_cap / 4));
         let threshold = if config.sample_rate >= 1.0 {
             u64::MAX
         } else {
@@ -249,11 +365,13 @@ impl Recorder {
             slots: (0..n_slots).map(|_| CachePadded::new(Slot::default())).collect(),
             slot_mask: n_slots - 1,
             slot_cap,
+            chunk_bytes,
             writer: OnceLock::new(),
             stopped: AtomicBool::new(false),
             flush_asked: AtomicU64::new(0),
             flush_done: Mutex::new(0),
             flushed: Condvar::new(),
+            in_flight: Mutex::new(Vec::new()),
             recent: Mutex::new(Recent::default()),
             w: WriterCounters::default(),
             settings,
@@ -298,6 +416,7 @@ impl Recorder {
             slot.dropped.fetch_add(1, Relaxed);
             return Status::Dropped;
         }
+        let stream = if keep { Stream::Keep } else { Stream::Ordinary };
         SCRATCH.with(|scratch| {
             let scratch = &mut *scratch.borrow_mut();
             let redacted = !s.redact.is_empty();
@@ -305,32 +424,13 @@ impl Recorder {
                 scratch.redacted.clear();
                 s.redact.write(ev.input, &mut scratch.redacted);
             }
-            let mut bufs = slot.bufs.lock();
-            let used = bufs.ordinary.len() + bufs.keep.len();
-            if used >= s.slot_cap {
-                drop(bufs);
-                slot.dropped.fetch_add(1, Relaxed);
-                return Status::Dropped;
+            scratch.line.clear();
+            encode(id, ev, redacted.then_some(scratch.redacted.as_str()), &mut scratch.text, &mut scratch.line);
+            let status = s.enqueue(slot, stream, scratch.line.as_bytes(), id.unix_ms());
+            if scratch.line.capacity() > SCRATCH_KEPT {
+                scratch.line = String::new();
             }
-            let buf = if keep { &mut bufs.keep } else { &mut bufs.ordinary };
-            let start = buf.len();
-            encode(id, ev, redacted.then_some(scratch.redacted.as_str()), &mut scratch.text, buf);
-            let now_used = used + buf.len() - start;
-            if now_used > s.slot_cap {
-                buf.truncate(start);
-                drop(bufs);
-                slot.dropped.fetch_add(1, Relaxed);
-                return Status::Dropped;
-            }
-            let wake = !bufs.signalled && now_used >= s.slot_cap / 2;
-            bufs.signalled |= wake;
-            drop(bufs);
-            slot.queued.store(now_used as u64, Relaxed);
-            slot.recorded.fetch_add(1, Relaxed);
-            if wake {
-                s.wake_writer();
-            }
-            Status::Recorded
+            status
         })
     }
 
@@ -369,21 +469,24 @@ impl Recorder {
         needle.push_str(&id.text());
         needle.push('"');
         let finder = memchr::memmem::Finder::new(needle.as_bytes());
+        let ms = id.unix_ms();
         let search_recent = || {
-            let batches: Vec<Arc<String>> = s.recent.lock().batches.iter().rev().cloned().collect();
-            batches.iter().find_map(|b| find_line(&finder, b))
+            let frames: Vec<Frame> =
+                s.recent.lock().frames.iter().rev().filter(|f| f.first_ms <= ms && ms <= f.last_ms).cloned().collect();
+            frames.iter().find_map(|f| f.find(&finder))
         };
-        if let Some(line) = search_recent() {
-            return Some(line);
-        }
-        for slot in s.slots.iter() {
-            let bufs = slot.bufs.lock();
-            if let Some(line) = find_line(&finder, &bufs.ordinary).or_else(|| find_line(&finder, &bufs.keep)) {
-                return Some(line);
-            }
-        }
-        // taken by the writer while we looked at the queue
-        search_recent()
+        let search_in_flight = || {
+            let chunks: Vec<Arc<Chunk>> = s.in_flight.lock().iter().filter(|c| c.may_hold(ms)).cloned().collect();
+            chunks.iter().find_map(|c| find_line(&finder, c.bytes()))
+        };
+        let search_slots = || {
+            s.slots.iter().find_map(|slot| {
+                let q = slot.queue.lock();
+                let mut chunks = q.open.iter().flatten().chain(q.ready.iter());
+                chunks.find_map(|c| if c.may_hold(ms) { find_line(&finder, c.bytes()) } else { None })
+            })
+        };
+        search_recent().or_else(search_in_flight).or_else(search_slots).or_else(search_in_flight).or_else(search_recent)
     }
 
     /// The recorder's figures.
@@ -395,6 +498,7 @@ impl Recorder {
             out.sampled_out += slot.sampled_out.load(Relaxed);
             out.dropped += slot.dropped.load(Relaxed);
             out.queued_bytes += slot.queued.load(Relaxed);
+            out.queue_memory_bytes += slot.held.load(Relaxed);
         }
         let w = &s.w;
         out.bytes_in = w.bytes_in.load(Relaxed);
@@ -411,16 +515,83 @@ impl Recorder {
     }
 }
 
+/// The size the OS maps memory in.
+const PAGE: usize = 4096;
+
+fn page_multiple(n: usize) -> usize {
+    n.div_ceil(PAGE) * PAGE
+}
+
 /// The whole line holding `finder`'s needle at its start, if `buf` has one.
-fn find_line(finder: &memchr::memmem::Finder<'_>, buf: &str) -> Option<String> {
-    let bytes = buf.as_bytes();
-    for at in finder.find_iter(bytes) {
-        if at == 0 || bytes[at - 1] == b'\n' {
-            let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
-            return Some(buf[at..end].to_string());
+fn find_line(finder: &memchr::memmem::Finder<'_>, buf: &[u8]) -> Option<String> {
+    for at in finder.find_iter(buf) {
+        if at == 0 || buf[at - 1] == b'\n' {
+            let end = memchr::memchr(b'\n', &buf[at..]).map_or(buf.len(), |i| at + i);
+            return std::str::from_utf8(&buf[at..end]).ok().map(str::to_owned);
         }
     }
     None
+}
+
+impl Shared {
+    /// Copies one encoded line into the slot's open chunk of `stream` (opening another when it
+    /// does not fit); `Dropped` when the slot's share of the queue is used up.
+    fn enqueue(&self, slot: &Slot, stream: Stream, line: &[u8], ms: u64) -> Status {
+        let mut q = slot.queue.lock();
+        let i = stream as usize;
+        if q.open[i].as_ref().is_none_or(|c| c.room() < line.len()) {
+            if let Some(closed) = q.open[i].take() {
+                q.ready.push(closed);
+            }
+            let wake = !q.ready.is_empty() && !q.signalled;
+            q.signalled |= wake;
+            let fresh = self.fresh_chunk(&mut q, line.len());
+            slot.held.store(q.held as u64, Relaxed);
+            if wake {
+                self.wake_writer();
+            }
+            match fresh {
+                Some(mut chunk) => {
+                    chunk.stream = stream;
+                    q.open[i] = Some(chunk);
+                }
+                None => {
+                    drop(q);
+                    slot.dropped.fetch_add(1, Relaxed);
+                    return Status::Dropped;
+                }
+            }
+        }
+        q.open[i].as_mut().expect("opened above").push(line, ms);
+        q.queued += line.len();
+        let queued = q.queued;
+        drop(q);
+        slot.queued.store(queued as u64, Relaxed);
+        slot.recorded.fetch_add(1, Relaxed);
+        Status::Recorded
+    }
+
+    /// An empty chunk for a line of `need` bytes: a spare, or a new one within the slot's share.
+    fn fresh_chunk(&self, q: &mut SlotQueue, need: usize) -> Option<Chunk> {
+        if need <= self.chunk_bytes {
+            if let Some(spare) = q.spares.pop() {
+                return Some(spare);
+            }
+        }
+        let capacity = if need <= self.chunk_bytes { self.chunk_bytes } else { page_multiple(need) };
+        if q.held + capacity > self.slot_cap {
+            return None;
+        }
+        let chunk = Chunk::map(capacity).ok()?;
+        q.held += capacity;
+        Some(chunk)
+    }
+
+    fn wake_writer(&self) {
+        if let Some(t) = self.writer.get() {
+            t.unpark();
+        }
+    }
 }
 
 fn stop(shared: &Shared, thread: &Mutex<Option<JoinHandle<()>>>) {
@@ -432,14 +603,6 @@ fn stop(shared: &Shared, thread: &Mutex<Option<JoinHandle<()>>>) {
     // wake anyone still waiting for a flush
     let _guard = shared.flush_done.lock();
     shared.flushed.notify_all();
-}
-
-impl Shared {
-    fn wake_writer(&self) {
-        if let Some(t) = self.writer.get() {
-            t.unpark();
-        }
-    }
 }
 
 fn probe_writable(dir: &Path) -> io::Result<()> {
@@ -465,14 +628,22 @@ struct OpenSegment {
 
 struct Writer {
     s: Arc<Shared>,
+    /// the zstd level when segments are compressed; `None`: plain NDJSON
+    zstd_level: Option<i32>,
+    /// made for the first frame after an idle spell and freed when the recorder goes idle
+    /// (its tables take about half a MiB)
     compressor: Option<zstd::bulk::Compressor<'static>>,
     segment_bytes: u64,
     open: [Option<OpenSegment>; 2],
     next_seq: u64,
-    frame_in: Vec<u8>,
+    /// one compressed frame, before it is copied to its exact size
     frame_out: Vec<u8>,
-    out: Vec<u8>,
-    spares: Vec<String>,
+    /// chunks taken from each slot since the last trim (how many spares it needs)
+    taken: Vec<usize>,
+    last_take_all: Instant,
+    last_trim: Instant,
+    /// whether the last trim found the recorder busy (a burst's end asks for a full release)
+    was_busy: bool,
     last_sync: Instant,
     last_retention: Instant,
     last_error_log: Option<Instant>,
@@ -482,27 +653,23 @@ struct Writer {
 
 impl Writer {
     fn new(s: Arc<Shared>) -> io::Result<Writer> {
-        let compressor = match s.config.compress {
-            Compress::Zstd => {
-                let mut c = zstd::bulk::Compressor::new(s.settings.zstd_level)?;
-                c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
-                c.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(true))?;
-                Some(c)
-            }
-            Compress::None => None,
-        };
+        let zstd_level = (s.config.compress == Compress::Zstd).then_some(s.settings.zstd_level);
+        // made now so that a level zstd refuses fails the start
+        let compressor = zstd_level.map(new_compressor).transpose()?;
         let segment_bytes =
             s.settings.segment_bytes.unwrap_or_else(|| ((s.config.max_disk_mb << 20) / 8).clamp(256 << 10, 64 << 20));
         let next_seq = segment::list(&s.dir)?.iter().map(|seg| seg.seq + 1).max().unwrap_or(1);
         Ok(Writer {
+            zstd_level,
             compressor,
             segment_bytes,
             open: [None, None],
             next_seq,
-            frame_in: Vec::new(),
             frame_out: Vec::new(),
-            out: Vec::new(),
-            spares: Vec::new(),
+            taken: vec![0; s.slots.len()],
+            last_take_all: Instant::now(),
+            last_trim: Instant::now(),
+            was_busy: false,
             last_sync: Instant::now(),
             last_retention: Instant::now(),
             last_error_log: None,
@@ -516,7 +683,13 @@ impl Writer {
         loop {
             let stopping = self.s.stopped.load(SeqCst);
             let asked = self.s.flush_asked.load(SeqCst);
-            self.write_queued();
+            // Woken for a closed chunk, only closed chunks are taken (whole frames); every
+            // tick, and for a flush, the chunks being filled too.
+            let take_all = stopping || asked > self.flushes_done || self.last_take_all.elapsed() >= tick;
+            if take_all {
+                self.last_take_all = Instant::now();
+            }
+            self.write_queued(take_all);
             let now = Instant::now();
             if asked > self.flushes_done
                 || stopping
@@ -545,107 +718,126 @@ impl Writer {
                 }
                 return;
             }
-            std::thread::park_timeout(tick);
+            if self.last_trim.elapsed() >= self.s.settings.trim_interval {
+                self.trim();
+            }
+            let next_tick = tick.saturating_sub(self.last_take_all.elapsed());
+            let next_trim = self.s.settings.trim_interval.saturating_sub(self.last_trim.elapsed());
+            std::thread::park_timeout(next_tick.min(next_trim).max(Duration::from_millis(1)));
         }
     }
 
-    /// Takes every core's queued lines and writes them: one write per stream.
-    fn write_queued(&mut self) {
+    /// Takes the slots' closed chunks (`all`: and those being filled) and writes them: one
+    /// frame per chunk, one write per stream. Then hands each chunk back to its slot.
+    fn write_queued(&mut self, all: bool) {
         let s = self.s.clone();
-        let mut swapped: Vec<(Stream, String)> = Vec::new();
-        for slot in s.slots.iter() {
-            let mut bufs = slot.bufs.lock();
-            bufs.signalled = false;
-            if !bufs.ordinary.is_empty() {
-                let spare = self.spares.pop().unwrap_or_default();
-                swapped.push((Stream::Ordinary, std::mem::replace(&mut bufs.ordinary, spare)));
+        let mut taken: Vec<(usize, Arc<Chunk>)> = Vec::new();
+        for (at, slot) in s.slots.iter().enumerate() {
+            let mut q = slot.queue.lock();
+            q.signalled = false;
+            let before = taken.len();
+            taken.extend(q.ready.drain(..).map(|c| (at, Arc::new(c))));
+            if all {
+                taken.extend(q.open.iter_mut().filter_map(Option::take).map(|c| (at, Arc::new(c))));
             }
-            if !bufs.keep.is_empty() {
-                let spare = self.spares.pop().unwrap_or_default();
-                swapped.push((Stream::Keep, std::mem::replace(&mut bufs.keep, spare)));
+            if taken.len() == before {
+                continue;
             }
-            drop(bufs);
-            slot.queued.store(0, Relaxed);
+            q.queued = q.open.iter().flatten().map(|c| c.len).sum();
+            slot.queued.store(q.queued as u64, Relaxed);
+            self.taken[at] += taken.len() - before;
+            // into the in-flight list before the slot lets go of them: a lookup always finds them
+            s.in_flight.lock().extend(taken[before..].iter().map(|(_, c)| c.clone()));
         }
-        if swapped.is_empty() {
+        if taken.is_empty() {
             return;
         }
-        // A buffer grown under load that holds little now is copied to its size (the window
-        // counts capacity, not length) and goes back to the workers.
-        let taken: Vec<(Stream, Arc<String>)> = swapped
-            .into_iter()
-            .map(|(stream, buf)| {
-                if buf.capacity() > 2 * buf.len() + (64 << 10) {
-                    let small = buf.as_str().to_owned();
-                    self.recycle(buf);
-                    (stream, Arc::new(small))
-                } else {
-                    (stream, Arc::new(buf))
-                }
-            })
-            .collect();
-        // Into the recent window first, so that a lookup finds them while they are written.
-        let mut evicted = Vec::new();
-        {
-            let mut recent = s.recent.lock();
-            for (_, b) in &taken {
-                recent.bytes += b.capacity();
-                recent.batches.push_back(b.clone());
-            }
-            while recent.bytes > s.settings.recent_bytes {
-                let Some(old) = recent.batches.pop_front() else { break };
-                recent.bytes -= old.capacity();
-                evicted.push(old);
-            }
-        }
         for stream in [Stream::Ordinary, Stream::Keep] {
-            let bufs: Vec<&str> = taken.iter().filter(|(st, _)| *st == stream).map(|(_, b)| b.as_str()).collect();
-            if !bufs.is_empty() {
-                self.write_stream(stream, &bufs);
+            let chunks: Vec<&Chunk> = taken.iter().map(|(_, c)| &**c).filter(|c| c.stream == stream).collect();
+            if !chunks.is_empty() {
+                self.write_stream(stream, &chunks);
             }
         }
-        drop(taken);
-        for old in evicted {
-            // a lookup may still hold it: then it is simply freed when the lookup is done
-            if let Ok(buf) = Arc::try_unwrap(old) {
-                self.recycle(buf);
+        s.in_flight.lock().clear();
+        for (at, chunk) in taken {
+            let slot = &s.slots[at];
+            let mut q = slot.queue.lock();
+            match Arc::try_unwrap(chunk) {
+                Ok(mut chunk) if chunk.capacity() == s.chunk_bytes => {
+                    chunk.clear();
+                    q.spares.push(chunk);
+                }
+                // a chunk of one long line, or one a lookup still reads: unmapped when dropped
+                Ok(chunk) => q.held -= chunk.capacity(),
+                Err(chunk) => q.held -= chunk.capacity(),
             }
+            slot.held.store(q.held as u64, Relaxed);
         }
     }
 
-    /// Keeps an emptied buffer for a worker (one spare per core at most, none larger than two
-    /// shares of the queue), or frees it.
-    fn recycle(&mut self, mut buf: String) {
-        if self.spares.len() < self.s.slots.len() && buf.capacity() <= self.s.slot_cap * 2 {
-            buf.clear();
-            self.spares.push(buf);
+    /// Once a second: unmaps the spares each slot did not need since the last trim (an idle
+    /// slot keeps none), and asks the allocator to return what was freed; all of it when the
+    /// recorder has just gone idle.
+    fn trim(&mut self) {
+        self.last_trim = Instant::now();
+        let busy = self.taken.iter().any(|&n| n > 0);
+        for (slot, taken) in self.s.slots.iter().zip(self.taken.iter_mut()) {
+            let mut q = slot.queue.lock();
+            let keep = std::mem::take(taken);
+            if q.spares.len() > keep {
+                let surplus: Vec<Chunk> = q.spares.drain(keep..).collect();
+                q.held -= surplus.iter().map(Chunk::capacity).sum::<usize>();
+                slot.held.store(q.held as u64, Relaxed);
+                drop(q);
+                drop(surplus);
+            }
         }
+        if !busy {
+            self.frame_out = Vec::new();
+            self.compressor = None;
+        }
+        crate::memory::release(self.was_busy && !busy);
+        self.was_busy = busy;
     }
 
-    fn write_stream(&mut self, stream: Stream, bufs: &[&str]) {
+    fn write_stream(&mut self, stream: Stream, chunks: &[&Chunk]) {
         let i = stream as usize;
-        let lines: u64 = bufs.iter().map(|b| memchr::memchr_iter(b'\n', b.as_bytes()).count() as u64).sum();
-        let raw: usize = bufs.iter().map(|b| b.len()).sum();
+        let lines: u64 = chunks.iter().map(|c| memchr::memchr_iter(b'\n', c.bytes()).count() as u64).sum();
+        let raw: usize = chunks.iter().map(|c| c.len).sum();
         if self.open[i].is_none() {
             if let Err(e) = self.open_segment(stream) {
                 self.failed("open a segment in", &e, lines);
                 return;
             }
         }
-        let result = match self.compressor.is_some() {
-            true => self.compress(bufs).and_then(|()| {
-                let seg = self.open[i].as_mut().expect("opened above");
-                seg.file.write_all(&self.out).map(|()| self.out.len())
-            }),
-            false => {
-                let seg = self.open[i].as_mut().expect("opened above");
-                let mut slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b.as_bytes())).collect();
-                write_all_vectored(&mut seg.file, &mut slices).map(|()| raw)
+        let frames = match self.frames(chunks) {
+            Ok(frames) => frames,
+            Err(e) => {
+                self.failed("compress snapshots for", &e, lines);
+                return;
             }
         };
-        match result {
-            Ok(written) => {
-                let seg = self.open[i].as_mut().expect("opened above");
+        // Into the recent window before the chunks leave the in-flight list, so that a lookup
+        // finds them while they are written.
+        let mut evicted = Vec::new();
+        {
+            let mut recent = self.s.recent.lock();
+            for f in &frames {
+                recent.bytes += f.data.len();
+                recent.frames.push_back(f.clone());
+            }
+            while recent.bytes > self.s.settings.recent_bytes {
+                let Some(old) = recent.frames.pop_front() else { break };
+                recent.bytes -= old.data.len();
+                evicted.push(old);
+            }
+        }
+        drop(evicted);
+        let seg = self.open[i].as_mut().expect("opened above");
+        let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(&f.data)).collect();
+        let written: usize = frames.iter().map(|f| f.data.len()).sum();
+        match write_all_vectored(&mut seg.file, &mut slices) {
+            Ok(()) => {
                 seg.bytes += written as u64;
                 seg.dirty = true;
                 let w = &self.s.w;
@@ -669,50 +861,35 @@ impl Writer {
         }
     }
 
-    /// Compresses `bufs` into `self.out`: frames of at most `frame_bytes` (a longer line is a
-    /// frame of its own), cut at line ends.
-    fn compress(&mut self, bufs: &[&str]) -> io::Result<()> {
-        let frame_bytes = self.s.settings.frame_bytes.max(1);
-        self.out.clear();
-        self.frame_in.clear();
-        for buf in bufs {
-            let mut rest = buf.as_bytes();
-            while !rest.is_empty() {
-                let room = frame_bytes.saturating_sub(self.frame_in.len());
-                let take = if rest.len() <= room {
-                    rest.len()
-                } else if let Some(i) = memchr::memrchr(b'\n', &rest[..room]) {
-                    i + 1
-                } else if self.frame_in.is_empty() {
-                    memchr::memchr(b'\n', rest).map_or(rest.len(), |i| i + 1)
-                } else {
-                    0
-                };
-                self.frame_in.extend_from_slice(&rest[..take]);
-                rest = &rest[take..];
-                if take == 0 || self.frame_in.len() >= frame_bytes {
-                    self.compress_frame()?;
+    /// Each chunk as it goes to the file: a zstd frame of its lines, or the lines themselves.
+    fn frames(&mut self, chunks: &[&Chunk]) -> io::Result<Vec<Frame>> {
+        let mut frames = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            let data: Arc<[u8]> = match self.zstd_level {
+                Some(level) => {
+                    if self.compressor.is_none() {
+                        self.compressor = Some(new_compressor(level)?);
+                    }
+                    let c = self.compressor.as_mut().expect("made above");
+                    self.frame_out.clear();
+                    self.frame_out.reserve(zstd::zstd_safe::compress_bound(chunk.len));
+                    c.compress_to_buffer(chunk.bytes(), &mut self.frame_out)?;
+                    Arc::from(&self.frame_out[..])
                 }
-            }
+                None => Arc::from(chunk.bytes()),
+            };
+            let zstd = self.zstd_level.is_some();
+            frames.push(Frame { data, zstd, first_ms: chunk.first_ms, last_ms: chunk.last_ms });
         }
-        if !self.frame_in.is_empty() {
-            self.compress_frame()?;
+        // a long line's frame does not keep its buffer
+        if self.frame_out.capacity() > 2 * zstd::zstd_safe::compress_bound(self.s.chunk_bytes) {
+            self.frame_out = Vec::new();
         }
-        Ok(())
-    }
-
-    fn compress_frame(&mut self) -> io::Result<()> {
-        let Some(c) = self.compressor.as_mut() else { return Ok(()) };
-        self.frame_out.clear();
-        self.frame_out.reserve(zstd::zstd_safe::compress_bound(self.frame_in.len()));
-        c.compress_to_buffer(&self.frame_in, &mut self.frame_out)?;
-        self.out.extend_from_slice(&self.frame_out);
-        self.frame_in.clear();
-        Ok(())
+        Ok(frames)
     }
 
     fn open_segment(&mut self, stream: Stream) -> io::Result<()> {
-        let zstd = self.compressor.is_some();
+        let zstd = self.zstd_level.is_some();
         for _ in 0..1000 {
             let seq = self.next_seq;
             self.next_seq += 1;
@@ -822,6 +999,15 @@ impl Writer {
         self.s.w.segments.store(remaining, Relaxed);
         self.s.w.disk_bytes.store(total, Relaxed);
     }
+}
+
+/// A zstd compressor at `level` whose frames carry their size and a checksum (a reader tells
+/// a torn last frame by them).
+fn new_compressor(level: i32) -> io::Result<zstd::bulk::Compressor<'static>> {
+    let mut c = zstd::bulk::Compressor::new(level)?;
+    c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+    c.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(true))?;
+    Ok(c)
 }
 
 /// Writes every slice, with as few `writev` calls as the kernel allows (one, normally).

@@ -1,0 +1,20 @@
+//! Giving freed memory back to the system.
+//!
+//! The binary's global allocator is mimalloc (src/main.rs). It keeps freed pages for reuse and
+//! returns them to the system (`MADV_DONTNEED`) only `purge_delay` (1 s) after they were freed,
+//! and only when some thread calls into it past that moment. A process that goes idle after a
+//! burst therefore keeps the burst's memory: a recording server that took 47 MB under load
+//! still held it when the load ended. A background thread that wakes anyway (the snapshot
+//! writer) calls [`release`] so that what was freed is returned within about a second.
+//!
+//! Arena purges are process-wide: a call from one thread also returns whole pages freed by
+//! other threads. When mimalloc is not the global allocator (the library's tests), mimalloc
+//! has nothing to release and the call returns at once.
+
+/// Asks the allocator to return memory freed more than `purge_delay` ago (`force`: all freed
+/// memory, now). Cheap when there is nothing to return; never blocks other threads' allocations.
+pub fn release(force: bool) {
+    // SAFETY: mi_collect only walks the calling thread's heap and the arenas' free bitmaps
+    // (atomically); it may be called from any thread at any time.
+    unsafe { libmimalloc_sys::mi_collect(force) }
+}
