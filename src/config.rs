@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::{quote, Diagnostic};
 use crate::snapshot::SnapshotsConfig;
+use crate::tuning::TuningConfig;
 use crate::suggest::did_you_mean;
 use crate::yaml::{self, DeErrorKind};
 
@@ -61,8 +62,9 @@ pub struct Config {
     /// decision snapshots (SPEC §8.1)
     #[serde(deserialize_with = "section")]
     pub snapshots: SnapshotsConfig,
-    /// online tuning (SPEC §9): accepted, not implemented by this version yet
-    pub tuning: Option<serde_json::Value>,
+    /// online tuning of table parameters (SPEC §9)
+    #[serde(deserialize_with = "section")]
+    pub tuning: TuningConfig,
 }
 
 /// `server:` — the decision listener and its limits.
@@ -285,7 +287,7 @@ impl Config {
 
     /// Warnings about keys this version accepts but does not act on yet.
     pub fn warnings(&self) -> Vec<String> {
-        let later = [("router", self.router.is_some()), ("tuning", self.tuning.is_some())];
+        let later = [("router", self.router.is_some())];
         later
             .iter()
             .filter(|(_, given)| *given)
@@ -927,6 +929,9 @@ fn review(l: &mut Layered, machine: &Machine) -> (Vec<Diagnostic>, Vec<Diagnosti
         let mut keys = vec!["snapshots"];
         keys.extend(key.split('.'));
         errors.push(l.at_value(&keys, format!("`snapshots.{key}`: {message}")));
+    }
+    for (key, message) in l.config.tuning.problems() {
+        errors.push(l.at_value(&["tuning", key], format!("`tuning.{key}`: {message}")));
     }
     for (served, candidate) in &l.config.model.shadow {
         if served == candidate {

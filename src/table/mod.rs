@@ -4,12 +4,14 @@
 pub mod flash;
 pub mod index;
 pub mod jev;
+pub mod params;
 pub mod registry;
 pub mod rules;
 pub mod ruleset;
 pub mod spec;
 pub mod template;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -18,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::diagnostic::Diagnostic;
 use crate::expr::json::write_json_string;
-use crate::expr::value::Value;
+use crate::expr::value::{Const, Value};
 use crate::input::{self, InputError};
 pub use rules::{Decision, Problem, Rule, RuleEngine, RuleWarning, TraceEntry};
 
@@ -367,6 +369,41 @@ impl Table {
             compile_time: started.elapsed(),
             limits: limits.clone(),
             name_json: name_json.into(),
+        })
+    }
+
+    /// The same table with other values for some of its parameters (`overrides`: declared
+    /// name → new value), compiled as the file's values are: a tuning variant, or promoted
+    /// values. Its `params` show the new values; name, version and path stay the file's.
+    pub fn with_params(&self, overrides: &BTreeMap<String, serde_json::Value>) -> Result<Table, String> {
+        let Engine::Rules(rules) = &self.engine else {
+            return Err(format!("table \"{}\" is a {} table: it has no parameters", self.name, self.kind.name()));
+        };
+        let consts = overrides.iter().map(|(k, v)| (k.clone(), Const::from_json(v))).collect();
+        let started = Instant::now();
+        let engine = Engine::Rules(rules.with_params(&consts)?);
+        let mut params = self.params.clone();
+        if let Some(serde_json::Value::Object(decls)) = params.as_mut() {
+            for (name, value) in overrides {
+                if let Some(serde_json::Value::Object(decl)) = decls.get_mut(name) {
+                    decl.insert("value".into(), value.clone());
+                }
+            }
+        }
+        Ok(Table {
+            name: self.name.clone(),
+            version: self.version.clone(),
+            kind: self.kind,
+            path: self.path.clone(),
+            description: self.description.clone(),
+            declared_name: self.declared_name.clone(),
+            tests: self.tests.clone(),
+            params,
+            engine,
+            loaded_at: SystemTime::now(),
+            compile_time: started.elapsed(),
+            limits: self.limits.clone(),
+            name_json: self.name_json.clone(),
         })
     }
 
