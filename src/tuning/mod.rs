@@ -471,6 +471,8 @@ impl Tuner {
                             id: a.id.clone(),
                             params: a.params.clone().into_iter().collect(),
                             stats: ArmStats::default(),
+                            judged_at: 0,
+                            ready: false,
                         })
                         .collect(),
                 }
@@ -525,22 +527,39 @@ impl Tuner {
         ChoiceTable::draw(posteriors.get(1..).unwrap_or(&[]), rng)
     }
 
-    /// The figures of every arm: (id, params, stats, p_better, ready), baseline first.
+    /// Each variant's probability of beating the baseline, and whether it is ready: judged
+    /// anew when the comparison reaches its next look (see [`bandit::look`]), else as at the
+    /// last look. The Monte Carlo runs outside the lock feedback takes.
     fn figures(&self, slot: usize) -> Option<(TableState, Vec<(f64, bool)>)> {
-        let state = self.ledger.lock().tables.get(slot)?.as_ref()?.state.clone();
+        let mut state = self.ledger.lock().tables.get(slot)?.as_ref()?.state.clone();
         let posts = posteriors(&state);
         let variants = state.arms.len().saturating_sub(1);
         let threshold = bandit::ready_threshold(self.config.confidence, variants);
-        let base = &state.arms[0].stats;
-        let judged = state.arms[1..]
-            .iter()
-            .zip(&posts[1..])
-            .map(|(a, p)| {
-                let p_better = bandit::p_better(p, &posts[0]);
-                let enough = a.stats.samples >= self.config.min_samples && base.samples >= self.config.min_samples;
-                (p_better, enough && p_better >= threshold)
-            })
-            .collect();
+        let base_samples = state.arms[0].stats.samples;
+        let mut judged = Vec::with_capacity(variants);
+        let mut verdicts = Vec::new();
+        for (i, (a, p)) in state.arms.iter_mut().zip(&posts).enumerate().skip(1) {
+            let p_better = bandit::p_better(p, &posts[0]);
+            let look = bandit::look(a.stats.samples.min(base_samples), self.config.min_samples);
+            if look > a.judged_at {
+                a.judged_at = look;
+                a.ready = p_better >= threshold;
+                verdicts.push((i, look, a.ready));
+            }
+            judged.push((p_better, a.ready));
+        }
+        if !verdicts.is_empty() {
+            let mut ledger = self.ledger.lock();
+            if let Some(t) = ledger.tables.get_mut(slot).and_then(Option::as_mut) {
+                if t.state.generation == state.generation {
+                    for (i, look, ready) in verdicts {
+                        t.state.arms[i].judged_at = look;
+                        t.state.arms[i].ready = ready;
+                    }
+                    ledger.dirty = true;
+                }
+            }
+        }
         Some((state, judged))
     }
 

@@ -77,6 +77,12 @@ pub struct ArmState {
     pub params: serde_json::Map<String, serde_json::Value>,
     /// its rewards
     pub stats: ArmStats,
+    /// the last look at which the variant was judged (0: not yet; see `bandit::look`)
+    #[serde(default)]
+    pub judged_at: u32,
+    /// whether it was ready at that look
+    #[serde(default)]
+    pub ready: bool,
 }
 
 /// The ids whose feedback was counted, for as long as feedback for them is accepted: a second
