@@ -57,8 +57,9 @@ pub struct Config {
     /// the seed's top-level `cors:`, an alias of `server.cors` (moved there by [`Config::apply_aliases`])
     #[serde(deserialize_with = "opt_section", skip_serializing_if = "Option::is_none")]
     pub cors: Option<Cors>,
-    /// the Clef router (SPEC §7): accepted, not implemented by this version yet
-    pub router: Option<serde_json::Value>,
+    /// the Clef router (SPEC §7); no instances: off
+    #[serde(deserialize_with = "section")]
+    pub router: crate::router::RouterConfig,
     /// decision snapshots (SPEC §8.1)
     #[serde(deserialize_with = "section")]
     pub snapshots: SnapshotsConfig,
@@ -284,16 +285,6 @@ impl Config {
             self.server.cors = cors;
         }
     }
-
-    /// Warnings about keys this version accepts but does not act on yet.
-    pub fn warnings(&self) -> Vec<String> {
-        let later = [("router", self.router.is_some())];
-        later
-            .iter()
-            .filter(|(_, given)| *given)
-            .map(|(key, _)| format!("`{key}` is not implemented by this version yet; ignored"))
-            .collect()
-    }
 }
 
 /// Values from the command line, applied after the file and the environment.
@@ -326,7 +317,7 @@ pub struct Loaded {
     pub admin_token: Option<String>,
     /// `state_dir`, else `$STATE_DIRECTORY`, else `<base_dir>/state`
     pub state_dir: PathBuf,
-    /// keys accepted but ignored by this version, and the like
+    /// settings that work but are risky (a limit lowered to fit this machine, an open admin listener)
     pub warnings: Vec<String>,
 }
 
@@ -369,8 +360,7 @@ pub fn load_with_env(
 
 /// Every problem of a config file, for `clef check`: syntax, unknown keys (with "did you mean"),
 /// wrong types, Windows paths, values that cannot work on this machine (the same checks as
-/// `clef serve`), a `tables_dir` that cannot be read. Problems are errors; risky settings and keys
-/// this version accepts but ignores (`router:` …) come as
+/// `clef serve`), a `tables_dir` that cannot be read. Problems are errors; risky settings come as
 /// [`Severity::Warning`](crate::diagnostic::Severity::Warning) diagnostics. Token files need not
 /// exist yet. No errors means the file is valid.
 pub fn check_file(path: &Path) -> Vec<Diagnostic> {
@@ -925,6 +915,11 @@ fn review(l: &mut Layered, machine: &Machine) -> (Vec<Diagnostic>, Vec<Diagnosti
         }
     }
 
+    for (key, message) in l.config.router.problems(l.given(&["router"])) {
+        let mut keys = vec!["router"];
+        keys.extend(key.split('.'));
+        errors.push(l.at_value(&keys, format!("`router.{key}`: {message}")));
+    }
     for (key, message) in l.config.snapshots.problems() {
         let mut keys = vec!["snapshots"];
         keys.extend(key.split('.'));
@@ -970,15 +965,6 @@ fn review(l: &mut Layered, machine: &Machine) -> (Vec<Diagnostic>, Vec<Diagnosti
         }
     }
 
-    for w in l.config.warnings() {
-        let key = w.split('`').nth(1).unwrap_or("");
-        let keys: Vec<&str> = key.split('.').collect();
-        let d = match l.places.key(&keys) {
-            Some(at) => Diagnostic::at_offset(&l.shown, &l.text, at.start, at.len(), w),
-            None => Diagnostic::whole_file(&l.shown, w),
-        };
-        warnings.push(d.warning());
-    }
     // in the order of the file; those naming a variable after
     errors.sort_by_key(|d| (d.path != l.shown, d.line, d.column));
     (errors, warnings)
@@ -1231,6 +1217,12 @@ impl Places {
                 let path = if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") };
                 if depth < 3 {
                     walk(v, &path, depth + 1, out);
+                    // list items as `key.N` (`router.instances.1.addr`)
+                    for (i, item) in v.items().iter().enumerate() {
+                        let item_path = format!("{path}.{i}");
+                        walk(item, &item_path, depth + 2, out);
+                        out.0.entry(item_path).or_insert((item.span.clone(), item.span.clone()));
+                    }
                 }
                 out.0.entry(path).or_insert((k.span.clone(), v.span.clone()));
             }

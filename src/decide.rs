@@ -119,11 +119,13 @@ pub struct Options<'a> {
     pub instance: &'a str,
     /// the caller's W3C `traceparent` header, recorded in the snapshot
     pub traceparent: Option<&'a [u8]>,
+    /// why the answer is degraded whatever the table says (`router_fallback`)
+    pub degraded: Option<&'static str>,
 }
 
 impl Default for Options<'_> {
     fn default() -> Self {
-        Options { explain: false, instance: "local", traceparent: None }
+        Options { explain: false, instance: "local", traceparent: None, degraded: None }
     }
 }
 
@@ -167,8 +169,11 @@ pub fn decide_staged<'t>(
     let (slot, table) = stages.canary_for(tables, &table.name, body).unwrap_or((slot, table));
     let timestamp = SystemTime::now();
     let started = Instant::now();
-    let result = table.decide(body, options.explain);
+    let mut result = table.decide(body, options.explain);
     let latency_ns = started.elapsed().as_nanos() as u64;
+    if let (Ok(decision), Some(reason)) = (&mut result, options.degraded) {
+        decision.degraded = Some(reason);
+    }
     let Ok(decision) = &result else {
         return Decided { slot, table, result, latency_ns, snapshot: None };
     };
@@ -337,7 +342,7 @@ fn share_threshold(share: f64) -> u64 {
 /// A stable 64-bit hash of the value at `path` in the input (strings by their text, anything
 /// else by its JSON), the same in every process and version; `None` when the input has no
 /// such value (it then goes to the table asked for).
-fn key_hash(body: &[u8], path: &[String]) -> Option<u64> {
+pub(crate) fn key_hash(body: &[u8], path: &[String]) -> Option<u64> {
     use sha2::{Digest, Sha256};
     let mut text = String::new();
     crate::input::with_parsed(body, crate::input::DEFAULT_MAX_DEPTH, |root| match root.at_path(path) {
@@ -416,4 +421,84 @@ pub fn write_line_error(code: &str, message: &str, line: usize, out: &mut String
     out.push_str("},\"line\":");
     out.push_str(&line.to_string());
     out.push('}');
+}
+
+/// Where the router sends a request (SPEC §7).
+#[derive(Debug)]
+pub enum Routed {
+    /// decide here, with the table asked for
+    Local,
+    /// decide here with this table, marked `degraded_reason: router_fallback` (no instance
+    /// could answer, or the table is switched to it by hand)
+    Fallback(String),
+    /// another instance answered
+    Forwarded(crate::router::forward::Answer),
+    /// 503 `no_healthy_instance`: no healthy instance serves the table, and no fallback table
+    NoHealthy(String),
+    /// 502 `upstream_failed`: the chosen instances failed, and no fallback table
+    UpstreamFailed(String),
+}
+
+/// The route step: which instance decides `name` (the default table when `None`). Without a
+/// router, or for a table no instance serves, that is the local pipeline; a request that
+/// carries `X-Clef-Forwarded` (`forwarded`) is never forwarded again. Forwards (which yield)
+/// happen here, with the body as received.
+pub fn route(
+    router: Option<&crate::router::Router>,
+    tables: &Tables,
+    name: Option<&str>,
+    default: Option<&str>,
+    local_load: f64,
+    forwarded: bool,
+    out: crate::router::forward::Outgoing<'_>,
+) -> Routed {
+    use crate::router::{forward, Ask, Plan};
+    let Some(router) = router else { return Routed::Local };
+    let Some(table) = name.or(default) else { return Routed::Local };
+    let loaded = |t: &str| tables.get(t).is_some_and(|s| s.current.is_some());
+    let local_serves = loaded(table);
+    let fallback = || router.config().fallback_table.clone().filter(|t| loaded(t));
+    if forwarded {
+        return match router.failover_for(table) {
+            Some(to) => Routed::Fallback(to),
+            None if !local_serves => fallback().map_or(Routed::Local, Routed::Fallback),
+            None => Routed::Local,
+        };
+    }
+    let key = router.hash_path().and_then(|path| key_hash(out.body, path));
+    let plan = router.route(&Ask { table, local_serves, local_load, key });
+    match plan {
+        Plan::Local | Plan::Unknown => Routed::Local,
+        Plan::Failover(to) => Routed::Fallback(to.into()),
+        Plan::NoHealthy => fallback().map_or_else(
+            || {
+                Routed::NoHealthy(format!(
+                    "no healthy instance serves table \"{table}\" and there is no fallback table"
+                ))
+            },
+            Routed::Fallback,
+        ),
+        Plan::Forward { .. } => match forward::run(router, &plan, &Routed::outgoing_for(table, out)) {
+            Ok(answer) => Routed::Forwarded(answer),
+            Err(forward::Unanswered::Local) => Routed::Local,
+            Err(forward::Unanswered::Failed(why)) => fallback().map_or_else(
+                || {
+                    Routed::UpstreamFailed(format!(
+                        "forwarding table \"{table}\" failed ({why}) and there is no fallback table"
+                    ))
+                },
+                Routed::Fallback,
+            ),
+        },
+    }
+}
+
+impl Routed {
+    /// `out` naming the table resolved (the default table's name when none was asked for).
+    fn outgoing_for<'a>(
+        table: &'a str,
+        out: crate::router::forward::Outgoing<'a>,
+    ) -> crate::router::forward::Outgoing<'a> {
+        crate::router::forward::Outgoing { table, ..out }
+    }
 }

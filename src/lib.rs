@@ -15,6 +15,7 @@ pub mod files;
 pub mod input;
 pub mod logging;
 pub mod metrics;
+pub mod router;
 pub mod server;
 pub mod snapshot;
 pub mod suggest;

@@ -88,7 +88,7 @@ pub fn worker_slot() -> usize {
 /// How many slots a [`TableStats`] allocates: twice the cores (room for the admin listener and
 /// other helper threads), rounded up to a power of two, at most [`SLOTS`]. Keeps a 10,000-rule
 /// table at about 1.3 MB on a 4-core Raspberry Pi instead of 10 MB for all 64 slots.
-fn table_slots() -> usize {
+pub(crate) fn table_slots() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
@@ -441,6 +441,8 @@ pub struct Gauges<'a> {
     pub snapshots: Option<SnapshotFigures>,
     /// Every shadow table's agreement (`clef_shadow_decisions_total`).
     pub shadows: &'a [ShadowCount],
+    /// Every router instance's figures (`clef_router_…`), when the router is on.
+    pub router: &'a [crate::router::InstanceFigures],
 }
 
 /// How often a shadow table agreed with the table it shadows (`clef_shadow_decisions_total`).
@@ -597,6 +599,9 @@ fn encode_with(
         snapshots: gauges.snapshots,
         shadows: gauges.shadows.to_vec(),
     }));
+    if !gauges.router.is_empty() {
+        registry.register_collector(Box::new(crate::router::RouterCollector(gauges.router.to_vec())));
+    }
     if let Some(process) = process {
         registry.register_collector(Box::new(ProcessCollector(process)));
     }

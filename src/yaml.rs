@@ -226,6 +226,14 @@ impl<'s> Node<'s> {
         }
     }
 
+    /// The items, if this is a sequence (none otherwise).
+    pub fn items(&self) -> &[Node<'s>] {
+        match &self.kind {
+            Kind::Seq(items) => items,
+            _ => &[],
+        }
+    }
+
     /// The key and value of `key` in a mapping.
     pub fn entry(&self, key: &str) -> Option<&(Node<'s>, Node<'s>)> {
         self.entries()?.iter().find(|(k, _)| k.key_text() == Some(key))

@@ -751,7 +751,7 @@ fn clef_check_tells_a_rule_set_from_a_config_by_its_rules_key() {
     assert!(text(&o.stderr).contains("config.yaml:3:13: error: this is not valid YAML"), "{}", text(&o.stderr));
     // a `rules` key that is not at the top level does not make a rule set
     let config = dir.path().join("other.yaml");
-    std::fs::write(&config, "server:\n  port: 8080\nrouter:\n  rules: 1\n").unwrap();
+    std::fs::write(&config, "server:\n  port: 8080\ntuning:\n  rules: 1\n").unwrap();
     let o = clef(&["check", config.to_str().unwrap()], None);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("other.yaml: ok (config)"), "{}", text(&o.stdout));

@@ -7,6 +7,7 @@
 pub mod conn;
 pub mod http;
 pub mod notify;
+mod router_admin;
 pub mod routes;
 pub mod socket;
 
@@ -52,6 +53,8 @@ pub struct App {
     pub stats: ServerStats,
     /// canary and shadow tables, and the snapshot recorder
     pub stages: Stages,
+    /// the Clef router (SPEC §7), when `router:` names instances
+    pub router: Option<Arc<crate::router::Router>>,
     draining: AtomicBool,
     inflight: Vec<CachePadded<AtomicI64>>,
     busy_ns: Vec<CachePadded<AtomicU64>>,
@@ -235,6 +238,7 @@ pub fn run(loaded: Loaded) -> i32 {
         started,
         stats: ServerStats::new(),
         stages: Stages::new(&cfg.model, recorder),
+        router: cfg.router.enabled().then(|| crate::router::Router::new(&cfg.router)),
         draining: AtomicBool::new(false),
         inflight: (0..SLOTS).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
         busy_ns: (0..SLOTS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
@@ -259,6 +263,9 @@ pub fn run(loaded: Loaded) -> i32 {
     if let Some(r) = &app.stages.recorder {
         log::info!("recording decision snapshots in {}", r.dir().display());
     }
+    if let Some(router) = &app.router {
+        router_admin::announce(router, &app.registry.snapshot());
+    }
     if let Some(d) = &app.default_table {
         if app.registry.snapshot().get(d).is_none() {
             log::warn!("default_table \"{d}\" is not among the loaded tables; POST /decide will answer 404");
@@ -271,7 +278,10 @@ pub fn run(loaded: Loaded) -> i32 {
     if let Err(e) = signals.thread_block() {
         log::warn!("cannot block signals: {e}");
     }
-    may::config().set_workers(workers).set_stack_size(0x2000).set_pool_capacity(8);
+    // 0x2000 words: 64 KiB. Unoptimised (debug) builds take several times the stack per frame:
+    // a reload or a forward through the router's client would overflow it there.
+    let stack_words = if cfg!(debug_assertions) { 0x8000 } else { 0x2000 };
+    may::config().set_workers(workers).set_stack_size(stack_words).set_pool_capacity(8);
     may::config().set_worker_pin(true);
 
     let main_addr = format!("{}:{}", cfg.server.host, cfg.server.port);
@@ -290,6 +300,10 @@ pub fn run(loaded: Loaded) -> i32 {
         app.registry.snapshot().slots.len(),
         started.elapsed().as_millis()
     );
+    if let Some(router) = &app.router {
+        // probes run on may coroutines: started once may is configured
+        router.start();
+    }
     notify::ready(&format!("serving on {main_addr}"));
     spawn_sampler(app.clone(), workers);
     if cfg.model.watch_file {

@@ -7,9 +7,10 @@ use percent_encoding::percent_decode_str;
 
 use super::http::{Request, Response};
 use super::App;
-use crate::decide::{self as pipeline, Refusal};
+use crate::decide::{self as pipeline, Refusal, Routed};
 use crate::expr::json::{write_json_float, write_json_string};
 use crate::metrics::{self, Gauges, TableLoad, TableView};
+use crate::router::forward::{Answer, Endpoint, Outgoing};
 use crate::table::registry::{Outcome, RollbackError, Tables};
 use crate::table::{write_timestamp, Table};
 
@@ -38,6 +39,12 @@ enum Route<'p> {
     Snapshot(Cow<'p, str>),
     /// forward-auth with a table; the path after `/authz/{table}` is the one being authorized
     Authz(Cow<'p, str>, &'p str),
+    /// the router's instances (admin)
+    RouterStatus,
+    /// switch a table to another by hand (admin)
+    Failover,
+    /// end a table's hand-set failover (admin)
+    FailoverClear(Cow<'p, str>),
     NotFound,
 }
 
@@ -80,6 +87,9 @@ fn route(path: &str) -> Route<'_> {
         [Some("tables"), Some(name), Some("rollback")] => named(name, Route::Rollback),
         [Some("reload"), None, None] => Route::Reload,
         [Some("snapshots"), Some(id), None] => named(id, Route::Snapshot),
+        [Some("router"), None, None] => Route::RouterStatus,
+        [Some("router"), Some("failover"), None] => Route::Failover,
+        [Some("router"), Some("failover"), Some(name)] => named(name, Route::FailoverClear),
         _ => Route::NotFound,
     }
 }
@@ -110,7 +120,15 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         return;
     }
     let r = route(req.path);
-    let is_admin_route = matches!(r, Route::Reload | Route::Rollback(_) | Route::Snapshot(_));
+    let is_admin_route = matches!(
+        r,
+        Route::Reload
+            | Route::Rollback(_)
+            | Route::Snapshot(_)
+            | Route::RouterStatus
+            | Route::Failover
+            | Route::FailoverClear(_)
+    );
     if is_admin_route && !admin {
         // Admin endpoints exist only on the admin listener.
         rsp.error(
@@ -125,7 +143,9 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         Route::Health | Route::Metrics | Route::Tables | Route::Table(_) | Route::Snapshot(_) => {
             ("GET", req.method == "GET" || req.method == "HEAD")
         }
-        Route::Reload | Route::Rollback(_) => ("POST", req.method == "POST"),
+        Route::Reload | Route::Rollback(_) | Route::Failover => ("POST", req.method == "POST"),
+        Route::RouterStatus => ("GET", req.method == "GET" || req.method == "HEAD"),
+        Route::FailoverClear(_) => ("DELETE", req.method == "DELETE"),
         // a proxy asks with the method of the request it authorizes, whatever it is
         Route::Authz(..) => ("any", true),
         Route::NotFound => {
@@ -186,6 +206,9 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         Route::Reload => reload(app, rsp),
         Route::Rollback(name) => rollback(app, &name, rsp),
         Route::Snapshot(id) => snapshot(app, &id, rsp),
+        Route::RouterStatus => super::router_admin::status(app, rsp),
+        Route::Failover => super::router_admin::failover(app, req.body, rsp),
+        Route::FailoverClear(name) => super::router_admin::clear_failover(app, &name, rsp),
         Route::NotFound => {}
     }
 }
@@ -222,11 +245,16 @@ fn add_cors_headers(app: &App, req: &Request<'_>, rsp: &mut Response) {
 
 fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
     let tables = app.registry.snapshot();
-    let resolved = match pipeline::resolve(&tables, name, app.default_table.as_deref()) {
+    let (name, degraded) = match routed(app, &tables, name, Endpoint::Decide, req.body, req, rsp) {
+        Step::Here(name, degraded) => (name, degraded),
+        Step::Forwarded(answer) => return answer.write(rsp),
+        Step::Answered => return,
+    };
+    let resolved = match pipeline::resolve(&tables, name.as_deref(), app.default_table.as_deref()) {
         Ok(found) => found,
         Err(refusal) => return refuse(&refusal, rsp),
     };
-    let options = decision_options(req);
+    let options = pipeline::Options { degraded, ..decision_options(req) };
     let inflight = app.enter();
     let decided = pipeline::decide_staged(&app.stages, &tables, resolved, req.body, &options, &mut rsp.body);
     // Taken after the body is rendered: the histogram times parse, evaluate and render.
@@ -261,7 +289,12 @@ fn count(decided: &pipeline::Decided<'_>, latency_ns: u64) {
 /// `POST /decide` answers for it (snapshots, canary and shadow included).
 fn batch(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
     let tables = app.registry.snapshot();
-    let resolved = match pipeline::resolve(&tables, name, app.default_table.as_deref()) {
+    let (name, degraded) = match routed(app, &tables, name, Endpoint::Batch, req.body, req, rsp) {
+        Step::Here(name, degraded) => (name, degraded),
+        Step::Forwarded(answer) => return answer.write(rsp),
+        Step::Answered => return,
+    };
+    let resolved = match pipeline::resolve(&tables, name.as_deref(), app.default_table.as_deref()) {
         Ok(found) => found,
         Err(refusal) => return refuse(&refusal, rsp),
     };
@@ -269,7 +302,7 @@ fn batch(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
         Ok(items) => items,
         Err(e) => return rsp.error(e.status(), e.code(), &e.to_string()),
     };
-    let options = decision_options(req);
+    let options = pipeline::Options { degraded, ..decision_options(req) };
     let _inflight = app.enter();
     for &(line, bytes) in &items {
         let decided = pipeline::decide_staged(&app.stages, &tables, resolved, bytes, &options, &mut rsp.body);
@@ -288,12 +321,17 @@ fn batch(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
 /// the snapshot.
 fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Response) {
     let tables = app.registry.snapshot();
-    let resolved = match pipeline::resolve(&tables, Some(name), None) {
+    let input = authz_input(asked, req);
+    let (name, degraded) = match routed(app, &tables, Some(name), Endpoint::Decide, input.as_bytes(), req, rsp) {
+        Step::Here(name, degraded) => (name, degraded),
+        Step::Forwarded(answer) => return authz_forwarded(answer, rsp),
+        Step::Answered => return,
+    };
+    let resolved = match pipeline::resolve(&tables, name.as_deref(), None) {
         Ok(found) => found,
         Err(refusal) => return refuse(&refusal, rsp),
     };
-    let input = authz_input(asked, req);
-    let options = decision_options(req);
+    let options = pipeline::Options { degraded, ..decision_options(req) };
     let inflight = app.enter();
     let decided = pipeline::decide_staged(&app.stages, &tables, resolved, input.as_bytes(), &options, &mut rsp.body);
     count(&decided, inflight.elapsed_ns());
@@ -314,6 +352,73 @@ fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Respon
             rsp.body.clear();
             rsp.error(e.status(), e.code(), &e.to_string());
         }
+    }
+}
+
+/// What the route step left to do.
+enum Step<'n> {
+    /// decide here with this table (the default when `None`), degraded for this reason
+    Here(Option<Cow<'n, str>>, Option<&'static str>),
+    /// another instance answered
+    Forwarded(Answer),
+    /// the answer is written (an error)
+    Answered,
+}
+
+/// The route step of a decision request (SPEC §7): without a router, decide here.
+fn routed<'n>(
+    app: &App,
+    tables: &Tables,
+    name: Option<&'n str>,
+    endpoint: Endpoint,
+    body: &[u8],
+    req: &Request<'_>,
+    rsp: &mut Response,
+) -> Step<'n> {
+    let Some(router) = app.router.as_deref() else { return Step::Here(name.map(Cow::Borrowed), None) };
+    // On /authz the caller's `Authorization` is part of the input; clef's token is X-Clef-Token.
+    let authz_token =
+        req.header("x-clef-token").filter(|_| endpoint == Endpoint::Decide && req.path.contains("/authz/"));
+    let bearer = authz_token.map(|t| [b"Bearer ".as_slice(), t.trim_ascii()].concat());
+    let authorization = if authz_token.is_some() { bearer.as_deref() } else { req.header("authorization") };
+    let out = Outgoing {
+        table: "",
+        endpoint,
+        body,
+        explain: req.query_flag("explain"),
+        authorization,
+        traceparent: req.header("traceparent"),
+    };
+    let forwarded = req.header("x-clef-forwarded").is_some();
+    match pipeline::route(Some(router), tables, name, app.default_table.as_deref(), app.load(), forwarded, out) {
+        Routed::Local => Step::Here(name.map(Cow::Borrowed), None),
+        Routed::Fallback(table) => Step::Here(Some(Cow::Owned(table)), Some("router_fallback")),
+        Routed::Forwarded(answer) => Step::Forwarded(answer),
+        Routed::NoHealthy(message) => {
+            rsp.error(503, "no_healthy_instance", &message);
+            Step::Answered
+        }
+        Routed::UpstreamFailed(message) => {
+            rsp.error(502, "upstream_failed", &message);
+            Step::Answered
+        }
+    }
+}
+
+/// `/authz` answered by another instance: 200 when its action allows, else 403, with the rule
+/// and snapshot headers; its 4xx errors as they are.
+fn authz_forwarded(answer: Answer, rsp: &mut Response) {
+    if answer.status != 200 {
+        return answer.write(rsp);
+    }
+    let (allowed, rule, snapshot) = crate::router::forward::authz_verdict(&answer.body);
+    answer.write(rsp);
+    rsp.status = if allowed { 200 } else { 403 };
+    if let Some(rule) = rule {
+        rsp.headers.push(("X-Clef-Rule", header_safe(&rule)));
+    }
+    if let Some(id) = snapshot {
+        rsp.headers.push(("X-Clef-Snapshot", header_safe(&id)));
     }
 }
 
@@ -478,6 +583,7 @@ fn metrics_text(app: &App, req: &Request<'_>, rsp: &mut Response) {
         .map(|(name, slot)| TableLoad { name, failing: slot.error.is_some(), failures: slot.load_failures })
         .collect();
     let shadows = app.stages.shadow_counts();
+    let router = app.router.as_ref().map(|r| r.figures()).unwrap_or_default();
     let gauges = Gauges {
         uptime_seconds: app.started.elapsed().as_secs_f64(),
         inflight: app.inflight(),
@@ -499,6 +605,7 @@ fn metrics_text(app: &App, req: &Request<'_>, rsp: &mut Response) {
             }
         }),
         shadows: &shadows,
+        router: &router,
     };
     let format = metrics::Format::from_accept(req.header("accept").and_then(|a| std::str::from_utf8(a).ok()));
     rsp.body = metrics::encode_format(format, &views, &app.stats, &gauges);

@@ -1,0 +1,361 @@
+//! A small HTTP/1.1 client on may's coroutine-aware sockets, for probes and forwards.
+//!
+//! It sends one request and reads one answer (httparse for the head) within a deadline that
+//! covers connect, send and the whole answer, and with strict limits on what a peer may send
+//! back: at most [`MAX_HEAD_BYTES`] of head and [`MAX_HEADERS`] headers, a `Content-Length`
+//! body (no chunked encoding; clef never sends one) of at most the caller's limit. Anything
+//! else is an error, and the connection is not kept.
+//!
+//! Forwards reuse keep-alive connections from a small per-worker-thread pool keyed by instance.
+//! A connection is taken out of the thread-local pool before any I/O and put back afterwards
+//! (into the pool of whichever thread the coroutine then runs on), so no borrow of per-thread
+//! state is held across a yield. A pooled connection the peer closed while idle fails before
+//! any byte of an answer arrives; the request is then sent once more on a fresh connection.
+
+use std::cell::RefCell;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use may::net::TcpStream;
+
+/// The largest answer head accepted from a peer.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// The most answer headers accepted from a peer.
+pub const MAX_HEADERS: usize = 32;
+/// Bytes read at a time.
+const READ_CHUNK: usize = 4096;
+/// Idle connections kept per instance per worker thread.
+const IDLE_PER_INSTANCE: usize = 8;
+/// Idle connections kept per worker thread in all.
+const IDLE_PER_THREAD: usize = 256;
+
+/// One answer from a peer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exchange {
+    /// its status code
+    pub status: u16,
+    /// its `Content-Type`
+    pub content_type: Option<String>,
+    /// its body
+    pub body: Vec<u8>,
+    /// whether the connection may carry another request
+    pub keep_alive: bool,
+}
+
+/// Why an exchange failed.
+#[derive(Debug)]
+pub enum ClientError {
+    /// the connection could not be made
+    Connect(io::Error),
+    /// the deadline passed
+    Timeout,
+    /// the connection broke; `answered`: after some of the answer arrived
+    Broken {
+        /// what broke
+        error: io::Error,
+        /// whether any byte of the answer had arrived
+        answered: bool,
+    },
+    /// the answer was not one this client accepts
+    Invalid(String),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Connect(e) => write!(f, "cannot connect: {e}"),
+            ClientError::Timeout => f.write_str("no answer within the timeout"),
+            ClientError::Broken { error, .. } => write!(f, "the connection broke: {error}"),
+            ClientError::Invalid(why) => write!(f, "an invalid answer: {why}"),
+        }
+    }
+}
+
+impl ClientError {
+    /// Whether the request may be sent again on a fresh connection: it broke before any byte of
+    /// an answer (a pooled connection the peer had closed).
+    fn stale(&self) -> bool {
+        matches!(self, ClientError::Broken { answered: false, .. })
+    }
+}
+
+/// Sends `request` on a new connection to `addr` and reads the answer by `deadline`.
+pub fn exchange_fresh(
+    addr: SocketAddr,
+    request: &[u8],
+    deadline: Instant,
+    max_body: usize,
+) -> Result<Exchange, ClientError> {
+    let mut stream = connect(addr, deadline)?;
+    send_and_read(&mut stream, request, deadline, max_body)
+}
+
+/// Sends `request` to `addr` on a pooled keep-alive connection (or a new one) and reads the
+/// answer by `deadline`; `key` names the pool (the router and the instance).
+pub fn exchange_pooled(
+    key: u64,
+    addr: SocketAddr,
+    request: &[u8],
+    deadline: Instant,
+    max_body: usize,
+) -> Result<Exchange, ClientError> {
+    if let Some(mut stream) = take(key, addr) {
+        match send_and_read(&mut stream, request, deadline, max_body) {
+            Ok(answer) => {
+                if answer.keep_alive {
+                    put_back(key, addr, stream);
+                }
+                return Ok(answer);
+            }
+            Err(e) if e.stale() && Instant::now() < deadline => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut stream = connect(addr, deadline)?;
+    let answer = send_and_read(&mut stream, request, deadline, max_body)?;
+    if answer.keep_alive {
+        put_back(key, addr, stream);
+    }
+    Ok(answer)
+}
+
+fn remaining(deadline: Instant) -> Result<Duration, ClientError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(ClientError::Timeout)
+    } else {
+        Ok(left)
+    }
+}
+
+fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, ClientError> {
+    let stream = TcpStream::connect_timeout(&addr, remaining(deadline)?).map_err(|e| match e.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ClientError::Timeout,
+        _ => ClientError::Connect(e),
+    })?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+fn broken(error: io::Error, answered: bool, deadline: Instant) -> ClientError {
+    let timed_out = matches!(error.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock);
+    if timed_out || Instant::now() >= deadline {
+        ClientError::Timeout
+    } else {
+        ClientError::Broken { error, answered }
+    }
+}
+
+fn send_and_read(
+    stream: &mut TcpStream,
+    request: &[u8],
+    deadline: Instant,
+    max_body: usize,
+) -> Result<Exchange, ClientError> {
+    let mut sent = 0;
+    while sent < request.len() {
+        stream.set_write_timeout(Some(remaining(deadline)?)).map_err(|e| broken(e, false, deadline))?;
+        match stream.write(&request[sent..]) {
+            Ok(0) => return Err(broken(io::ErrorKind::WriteZero.into(), false, deadline)),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(broken(e, false, deadline)),
+        }
+    }
+    read_answer(stream, deadline, max_body)
+}
+
+/// Reads one answer: the head (httparse), then `Content-Length` bytes of body.
+fn read_answer<S: Read + Timed>(stream: &mut S, deadline: Instant, max_body: usize) -> Result<Exchange, ClientError> {
+    // on the heap: coroutine stacks are small
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut head: Option<(usize, u16, Option<String>, usize, bool)> = None;
+    loop {
+        if let Some((head_len, status, content_type, length, keep_alive)) = &head {
+            let total = head_len + length;
+            if buf.len() >= total {
+                // a peer that sends more than its answer is not talking HTTP/1.1 to us
+                let keep_alive = *keep_alive && buf.len() == total;
+                return Ok(Exchange {
+                    status: *status,
+                    content_type: content_type.clone(),
+                    body: buf[*head_len..total].to_vec(),
+                    keep_alive,
+                });
+            }
+        } else if !buf.is_empty() {
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut response = httparse::Response::new(&mut headers);
+            match response.parse(&buf) {
+                Ok(httparse::Status::Complete(head_len)) => {
+                    head = Some(parse_head(&response, head_len, max_body)?);
+                    continue;
+                }
+                Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
+                    return Err(ClientError::Invalid(format!("an answer head longer than {MAX_HEAD_BYTES} bytes")));
+                }
+                Ok(httparse::Status::Partial) => {}
+                Err(e) => return Err(ClientError::Invalid(format!("not HTTP/1.1: {e}"))),
+            }
+        }
+        stream.set_timeout(remaining(deadline)?).map_err(|e| broken(e, !buf.is_empty(), deadline))?;
+        let filled = buf.len();
+        buf.resize(filled + READ_CHUNK, 0);
+        let read = stream.read(&mut buf[filled..]);
+        buf.truncate(filled + *read.as_ref().unwrap_or(&0));
+        match read {
+            Ok(0) => {
+                let e = io::Error::new(io::ErrorKind::UnexpectedEof, "the peer closed the connection");
+                return Err(broken(e, filled > 0, deadline));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(broken(e, filled > 0, deadline)),
+        }
+    }
+}
+
+/// (head length, status, content type, body length, keep-alive) of a complete head.
+fn parse_head(
+    response: &httparse::Response<'_, '_>,
+    head_len: usize,
+    max_body: usize,
+) -> Result<(usize, u16, Option<String>, usize, bool), ClientError> {
+    let status = response.code.unwrap_or(0);
+    if !(200..=599).contains(&status) {
+        return Err(ClientError::Invalid(format!("status {status}")));
+    }
+    let mut length = None;
+    let mut content_type = None;
+    let mut keep_alive = response.version == Some(1);
+    for h in response.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let text = std::str::from_utf8(h.value).unwrap_or("").trim();
+            let n: usize = text
+                .parse()
+                .ok()
+                .filter(|_| text.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| ClientError::Invalid(format!("Content-Length `{}`", text.escape_debug())))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(ClientError::Invalid("two different Content-Length headers".into()));
+            }
+            length = Some(n);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(ClientError::Invalid("a Transfer-Encoding body (clef answers with Content-Length)".into()));
+        } else if h.name.eq_ignore_ascii_case("content-type") {
+            content_type = std::str::from_utf8(h.value).ok().map(|v| v.trim().to_string());
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
+            if v.contains("close") {
+                keep_alive = false;
+            } else if v.contains("keep-alive") {
+                keep_alive = true;
+            }
+        }
+    }
+    let length = length.ok_or_else(|| ClientError::Invalid("no Content-Length".into()))?;
+    if length > max_body {
+        return Err(ClientError::Invalid(format!("a body of {length} bytes, more than the {max_body} accepted")));
+    }
+    Ok((head_len, status, content_type, length, keep_alive))
+}
+
+/// A stream whose reads can be given a timeout.
+trait Timed {
+    fn set_timeout(&mut self, timeout: Duration) -> io::Result<()>;
+}
+
+impl Timed for TcpStream {
+    fn set_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(timeout))
+    }
+}
+
+thread_local! {
+    /// This worker thread's idle connections: (pool key, address, connection).
+    static POOL: RefCell<Vec<(u64, SocketAddr, TcpStream)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An idle connection for `key` to `addr` from this thread's pool.
+fn take(key: u64, addr: SocketAddr) -> Option<TcpStream> {
+    POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let at = pool.iter().rposition(|(k, a, _)| *k == key && *a == addr)?;
+        Some(pool.swap_remove(at).2)
+    })
+}
+
+/// Keeps `stream` for the next forward on this thread, within the pool's caps.
+fn put_back(key: u64, addr: SocketAddr, stream: TcpStream) {
+    POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let same = pool.iter().filter(|(k, _, _)| *k == key).count();
+        if same < IDLE_PER_INSTANCE && pool.len() < IDLE_PER_THREAD {
+            pool.push((key, addr, stream));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Bytes(Vec<u8>, usize);
+    impl Read for Bytes {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            // a few bytes at a time, to go through the partial paths
+            let n = buf.len().min(7).min(self.0.len() - self.1);
+            buf[..n].copy_from_slice(&self.0[self.1..self.1 + n]);
+            self.1 += n;
+            Ok(n)
+        }
+    }
+    impl Timed for Bytes {
+        fn set_timeout(&mut self, _: Duration) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn read(text: &str, max: usize) -> Result<Exchange, ClientError> {
+        read_answer(&mut Bytes(text.as_bytes().to_vec(), 0), Instant::now() + Duration::from_secs(5), max)
+    }
+
+    #[test]
+    fn reads_content_length_answers() {
+        let a = read("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", 100).unwrap();
+        assert_eq!(
+            (a.status, a.content_type.as_deref(), &a.body[..], a.keep_alive),
+            (200, Some("application/json"), &b"{}"[..], true)
+        );
+        let a = read("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", 100).unwrap();
+        assert_eq!((a.status, a.keep_alive), (404, false));
+        // bytes beyond the answer: answered, but the connection is not reused
+        let a = read("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxy", 100).unwrap();
+        assert!(!a.keep_alive);
+    }
+
+    #[test]
+    fn refuses_what_clef_never_sends() {
+        let bad = [
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "HTTP/1.1 200 OK\r\n\r\n{}",
+            "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\n{}",
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+            "SMTP ready\r\n\r\n",
+            "HTTP/1.1 100 Continue\r\n\r\n",
+        ];
+        for text in bad {
+            assert!(matches!(read(text, 100), Err(ClientError::Invalid(_))), "{text:?}");
+        }
+        let long = format!("HTTP/1.1 200 OK\r\nX: {}\r\n", "a".repeat(MAX_HEAD_BYTES));
+        assert!(matches!(read(&long, 100), Err(ClientError::Invalid(_))));
+        // cut short: broken after some bytes (not resent)
+        assert!(matches!(
+            read("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab", 100),
+            Err(ClientError::Broken { answered: true, .. })
+        ));
+        assert!(matches!(read("", 100), Err(ClientError::Broken { answered: false, .. })));
+    }
+}

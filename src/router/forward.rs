@@ -1,0 +1,269 @@
+//! Forwarding a request to the instance the router chose, with one retry.
+//!
+//! The body is sent as received (for `/authz`, the input the router built from the request,
+//! to the peer's `POST /decide/{table}`), with `X-Clef-Forwarded` so that the peer decides it
+//! itself, and the caller's `Authorization` and `traceparent`. A 2xx or 4xx answer is the
+//! answer (a 4xx is the peer's verdict on the request, passed through and not retried); a 5xx,
+//! a broken connection, a timeout or an answer beyond the client's limits is a failure, which
+//! counts towards the instance's ejection and moves on to the retry instance (then to `local`
+//! when it serves the table). A decision's `instance` is rewritten to the id our configuration
+//! gives the peer (which itself says `local`).
+
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::client::{self, ClientError};
+use super::{Plan, Router, Target};
+use crate::expr::json::write_json_string;
+
+/// The largest answer body accepted from a peer (a batch answer included).
+pub const MAX_ANSWER_BYTES: usize = 8 << 20;
+
+/// Which endpoint a forwarded request goes to on the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /decide/{table}` (also what `/authz` forwards, with the input it built)
+    Decide,
+    /// `POST /decide/{table}/batch`
+    Batch,
+}
+
+/// A request to forward.
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    /// the table
+    pub table: &'a str,
+    /// where on the peer
+    pub endpoint: Endpoint,
+    /// the body, as received
+    pub body: &'a [u8],
+    /// `?explain=true`
+    pub explain: bool,
+    /// the caller's `Authorization` header, for a peer with `server.token_file`
+    pub authorization: Option<&'a [u8]>,
+    /// the caller's `traceparent` header
+    pub traceparent: Option<&'a [u8]>,
+}
+
+/// A peer's answer, ready to send to our caller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// its status
+    pub status: u16,
+    /// `application/json` or `application/x-ndjson`
+    pub content_type: &'static str,
+    /// the body, `instance` rewritten
+    pub body: String,
+    /// the instance that decided
+    pub instance: u32,
+}
+
+impl Answer {
+    /// Writes the answer as our response.
+    pub fn write(self, rsp: &mut crate::server::http::Response) {
+        rsp.status = self.status;
+        rsp.content_type = self.content_type;
+        rsp.body = self.body;
+    }
+}
+
+/// How forwarding ended without an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unanswered {
+    /// the instances tried failed, and local serves the table: decide here
+    Local,
+    /// the instances tried failed (why, for the error message)
+    Failed(String),
+}
+
+/// Forwards `out` as `plan` (a [`Plan::Forward`]) says: the first instance, then the retry
+/// instance, then local when it serves the table.
+pub fn run(router: &Router, plan: &Plan, out: &Outgoing<'_>) -> Result<Answer, Unanswered> {
+    let Plan::Forward { first, retry, local_serves } = plan else {
+        return Err(Unanswered::Failed("nothing to forward to".into()));
+    };
+    let request = encode(router, out);
+    let mut why = String::new();
+    for (attempt, target) in [Some(*first), *retry].into_iter().flatten().enumerate() {
+        match attempt_once(router, target, attempt > 0, &request, out.endpoint) {
+            Ok(answer) => return Ok(answer),
+            Err(e) => {
+                if !why.is_empty() {
+                    why.push_str("; ");
+                }
+                why.push_str(&format!("{}: {e}", router.instance_id(target.index)));
+            }
+        }
+    }
+    if *local_serves {
+        return Err(Unanswered::Local);
+    }
+    Err(Unanswered::Failed(why))
+}
+
+/// One forward to `target`, counted in its figures.
+fn attempt_once(
+    router: &Router,
+    target: Target,
+    retry: bool,
+    request: &[u8],
+    endpoint: Endpoint,
+) -> Result<Answer, String> {
+    let guard = router.begin_forward(target, retry);
+    let deadline = Instant::now() + Duration::from_millis(router.config.forward_timeout_ms);
+    let key = (router.uid << 32) | u64::from(target.index);
+    let result = client::exchange_pooled(key, target.addr, request, deadline, MAX_ANSWER_BYTES);
+    match result.map_err(|e: ClientError| e.to_string()).and_then(|x| accept(router, target.index, x, endpoint)) {
+        Ok(answer) => {
+            guard.succeeded();
+            Ok(answer)
+        }
+        Err(e) => {
+            guard.failed();
+            Err(e)
+        }
+    }
+}
+
+/// The request bytes for the peer.
+fn encode(router: &Router, out: &Outgoing<'_>) -> Vec<u8> {
+    let mut r = Vec::with_capacity(256 + out.body.len());
+    r.extend_from_slice(b"POST /decide/");
+    let name = percent_encoding::utf8_percent_encode(out.table, percent_encoding::NON_ALPHANUMERIC);
+    r.extend_from_slice(name.to_string().as_bytes());
+    if out.endpoint == Endpoint::Batch {
+        r.extend_from_slice(b"/batch");
+    }
+    if out.explain {
+        r.extend_from_slice(b"?explain=true");
+    }
+    r.extend_from_slice(b" HTTP/1.1\r\nHost: clef\r\nContent-Type: application/json\r\nX-Clef-Forwarded: ");
+    r.extend_from_slice(router.our_name().as_bytes());
+    for (name, value) in [("Authorization", out.authorization), ("traceparent", out.traceparent)] {
+        if let Some(v) = value.filter(|v| !v.contains(&b'\r') && !v.contains(&b'\n')) {
+            r.extend_from_slice(b"\r\n");
+            r.extend_from_slice(name.as_bytes());
+            r.extend_from_slice(b": ");
+            r.extend_from_slice(v);
+        }
+    }
+    r.extend_from_slice(b"\r\nContent-Length: ");
+    r.extend_from_slice(out.body.len().to_string().as_bytes());
+    r.extend_from_slice(b"\r\n\r\n");
+    r.extend_from_slice(out.body);
+    r
+}
+
+/// Turns a peer's answer into ours: 2xx and 4xx are answers; anything else fails the attempt.
+fn accept(router: &Router, index: u32, x: client::Exchange, endpoint: Endpoint) -> Result<Answer, String> {
+    if x.status >= 500 {
+        return Err(format!("answered {}", x.status));
+    }
+    let body = String::from_utf8(x.body).map_err(|_| "answered a body that is not UTF-8".to_string())?;
+    let id = router.instance_id(index);
+    let (body, content_type) = if x.status >= 300 {
+        // passed through as the peer wrote it
+        (body, "application/json")
+    } else {
+        match endpoint {
+            Endpoint::Decide => {
+                (rename_instance(&body, id).ok_or("answered something that is not a decision")?, "application/json")
+            }
+            Endpoint::Batch => {
+                let mut out = String::with_capacity(body.len() + 16);
+                for line in body.lines().filter(|l| !l.trim().is_empty()) {
+                    out.push_str(&rename_instance(line, id).ok_or("answered a batch line that is not JSON")?);
+                    out.push('\n');
+                }
+                (out, "application/x-ndjson")
+            }
+        }
+    };
+    Ok(Answer { status: x.status, content_type, body, instance: index })
+}
+
+/// `text` (a JSON object) with its top-level `instance` set to `id`; `None` when it is not an
+/// object. Every other member is kept as written, in order.
+pub fn rename_instance(text: &str, id: &str) -> Option<String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let members = (&mut de).deserialize_map(MembersVisitor).ok()?;
+    de.end().ok()?;
+    let mut out = String::with_capacity(text.len() + id.len());
+    out.push('{');
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_json_string(key, &mut out);
+        out.push(':');
+        if key == "instance" {
+            write_json_string(id, &mut out);
+        } else {
+            out.push_str(value.get());
+        }
+    }
+    out.push('}');
+    Some(out)
+}
+
+/// The members of a JSON object, values left unparsed.
+struct MembersVisitor;
+
+impl<'de> Visitor<'de> for MembersVisitor {
+    type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members = Vec::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            members.push((key, map.next_value::<&'de RawValue>()?));
+        }
+        Ok(members)
+    }
+}
+
+/// Reads what a forwarded decision says, for `/authz`: whether its action allows, its
+/// `rule_id` (as text) and its `snapshot_id`.
+pub fn authz_verdict(body: &str) -> (bool, Option<String>, Option<String>) {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else { return (false, None, None) };
+    let allowed = v.get("action").and_then(|a| a.get("allow")) == Some(&serde_json::Value::Bool(true));
+    let rule = match v.get("rule_id") {
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        Some(serde_json::Value::Null) | None => None,
+        Some(other) => Some(other.to_string()),
+    };
+    let snapshot = v.get("snapshot_id").and_then(|s| s.as_str()).map(str::to_string);
+    (allowed, rule, snapshot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renames_only_the_top_level_instance() {
+        let text = r#"{"rule_id":"r","action":{"instance":"x","a\"b":[1, 2]},"instance":"local","extra":null}"#;
+        assert_eq!(
+            rename_instance(text, "box-2").unwrap(),
+            r#"{"rule_id":"r","action":{"instance":"x","a\"b":[1, 2]},"instance":"box-2","extra":null}"#
+        );
+        assert_eq!(rename_instance(r#"{"k\u0041":1}"#, "b").unwrap(), r#"{"kA":1}"#);
+        assert!(rename_instance("[1]", "b").is_none());
+        assert!(rename_instance("{\"a\":", "b").is_none());
+    }
+
+    #[test]
+    fn reads_authz_verdicts() {
+        assert_eq!(
+            authz_verdict(r#"{"rule_id":"ok","action":{"allow":true},"snapshot_id":"s"}"#),
+            (true, Some("ok".into()), Some("s".into()))
+        );
+        assert_eq!(authz_verdict(r#"{"rule_id":null,"action":{"allow":"yes"}}"#), (false, None, None));
+    }
+}
