@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::{quote, Diagnostic};
 use crate::snapshot::SnapshotsConfig;
-use crate::tuning::TuningConfig;
 use crate::suggest::did_you_mean;
+use crate::tuning::TuningConfig;
 use crate::yaml::{self, DeErrorKind};
 
 /// Where `clef serve` looks for its configuration when no `-c` is given, in this order.

@@ -97,8 +97,7 @@ fn a_truly_better_variant_is_found_and_marked_ready() {
 #[test]
 fn where_no_variant_is_better_none_is_promoted() {
     let runs = 40;
-    let false_promotions =
-        (1..=runs).filter(|seed| run(1000 + seed, 20_000, |_| 0.10).first_ready.is_some()).count();
+    let false_promotions = (1..=runs).filter(|seed| run(1000 + seed, 20_000, |_| 0.10).first_ready.is_some()).count();
     let rate = false_promotions as f64 / runs as f64;
     eprintln!("false promotions: {false_promotions} of {runs} runs ({:.1}%)", rate * 100.0);
     assert!(rate <= 0.10, "{false_promotions} of {runs} runs marked an equal variant ready");
@@ -116,7 +115,8 @@ fn feedback_is_validated_and_counted_once() {
     let send = |body: String| tuner.feedback(body.as_bytes());
     let ok: Json = serde_json::from_str(&send(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#)).unwrap()).unwrap();
     assert_eq!(ok["counted"], true);
-    let again: Json = serde_json::from_str(&send(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#)).unwrap()).unwrap();
+    let again: Json =
+        serde_json::from_str(&send(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#)).unwrap()).unwrap();
     assert_eq!((again["counted"].clone(), again["duplicate"].clone()), (Json::Bool(false), Json::Bool(true)));
     let untagged = next_id();
     let e = send(format!(r#"{{"snapshot_id": "{untagged}", "reward": 1}}"#)).unwrap_err();

@@ -10,6 +10,7 @@ pub mod notify;
 mod router_admin;
 pub mod routes;
 pub mod socket;
+mod tuning_routes;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -225,6 +226,20 @@ pub fn run(loaded: Loaded) -> i32 {
     } else {
         None
     };
+    let tuner = if cfg.tuning.active() {
+        match crate::tuning::Tuner::new(&cfg.tuning, &loaded.state_dir) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                log::error!(
+                    "cannot keep tuning state in {} (state_dir): {e}; fix the folder or set tuning.enabled: false",
+                    loaded.state_dir.display()
+                );
+                return 1;
+            }
+        }
+    } else {
+        None
+    };
     let (registry, outcomes) = Registry::open(sources);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let workers = cfg.server.worker_threads(cores);
@@ -237,7 +252,7 @@ pub fn run(loaded: Loaded) -> i32 {
         cors_origins: cfg.server.cors.origins.clone(),
         started,
         stats: ServerStats::new(),
-        stages: Stages::new(&cfg.model, recorder),
+        stages: Stages::new(&cfg.model, recorder, tuner),
         router: cfg.router.enabled().then(|| crate::router::Router::new(&cfg.router)),
         draining: AtomicBool::new(false),
         inflight: (0..SLOTS).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
@@ -306,6 +321,9 @@ pub fn run(loaded: Loaded) -> i32 {
     }
     notify::ready(&format!("serving on {main_addr}"));
     spawn_sampler(app.clone(), workers);
+    if app.stages.tuner.is_some() {
+        spawn_tuning(app.clone());
+    }
     if cfg.model.watch_file {
         spawn_watcher(app.clone(), loaded.path.clone(), watched);
     }
@@ -414,6 +432,9 @@ fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
                     // every snapshot of an answered decision reaches the disk before the exit
                     recorder.shutdown();
                 }
+                if let Some(tuner) = &app.stages.tuner {
+                    tuner.save();
+                }
                 log::info!("stopped");
                 return 0;
             }
@@ -497,6 +518,28 @@ fn spawn_sampler(app: Arc<App>, workers: usize) {
             }
         })
         .ok();
+}
+
+/// The tuning thread: builds the arms of tuned tables as the registry serves new versions of
+/// them, redraws choices after feedback, saves the rewards, and loads a table again after an
+/// automatic promotion (see `crate::tuning`).
+fn spawn_tuning(app: Arc<App>) {
+    let spawned = std::thread::Builder::new().name("clef-tuning".into()).spawn(move || {
+        let Some(tuner) = &app.stages.tuner else { return };
+        let mut rng = crate::tuning::thread_rng();
+        while !app.is_draining() {
+            let tables = app.registry.snapshot();
+            let promoted = tuner.tick(|name| tables.get(name).and_then(|s| s.current.clone()), &mut rng);
+            drop(tables);
+            if !promoted.is_empty() {
+                app.reload("tuning promotion");
+            }
+            std::thread::sleep(crate::tuning::TICK);
+        }
+    });
+    if let Err(e) = spawned {
+        log::error!("cannot start the tuning thread: {e}; tables are not tuned");
+    }
 }
 
 fn file_stamp(path: &std::path::Path) -> Option<SystemTime> {

@@ -280,6 +280,8 @@ pub struct ResponseMeta<'a> {
     pub snapshot_id: Option<&'a str>,
     /// whether the snapshot was written (`"recorded": false` follows the id otherwise)
     pub recorded: bool,
+    /// the tuning arm that decided (`baseline`, `v1`, …), for a tuned table
+    pub variant: Option<&'a str>,
     /// who decided
     pub instance: &'a str,
 }
@@ -452,6 +454,10 @@ impl Table {
             if !meta.recorded {
                 out.push_str(",\"recorded\":false");
             }
+        }
+        if let Some(variant) = meta.variant {
+            out.push_str(",\"variant\":");
+            write_json_string(variant, out);
         }
         out.push_str(",\"instance\":");
         write_json_string(meta.instance, out);

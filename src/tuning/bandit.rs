@@ -267,7 +267,10 @@ mod tests {
         assert!(p_better(&pa, &pb) > 0.99);
         // one reward: as wide as the pooled spread, centred on the pooled mean
         assert!(matches!(Posterior::of(&stats(&[3.0]), RewardModel::Real, &pooled), Posterior::Wide(_)));
-        assert!(matches!(Posterior::of(&ArmStats::default(), RewardModel::Real, &ArmStats::default()), Posterior::Flat));
+        assert!(matches!(
+            Posterior::of(&ArmStats::default(), RewardModel::Real, &ArmStats::default()),
+            Posterior::Flat
+        ));
         // equal rewards do not make an arm certain (and do not panic)
         let flat = stats(&[5.0; 10]);
         let _ = Posterior::of(&flat, RewardModel::Real, &pooled).draw(&mut SmallRng::seed_from_u64(1));
@@ -299,7 +302,8 @@ mod tests {
         assert!((ready_threshold(0.95, 1) - (1.0 - 0.05 / 8.0)).abs() < 1e-12);
         assert!((ready_threshold(0.95, 5) - (1.0 - 0.05 / 40.0)).abs() < 1e-12);
         assert!((ready_threshold(0.95, 0) - ready_threshold(0.95, 1)).abs() < 1e-12);
-        let looks: Vec<u32> = [0, 499, 500, 999, 1000, 1999, 2000, 4000, 64_000].iter().map(|&n| look(n, 500)).collect();
+        let looks: Vec<u32> =
+            [0, 499, 500, 999, 1000, 1999, 2000, 4000, 64_000].iter().map(|&n| look(n, 500)).collect();
         assert_eq!(looks, [0, 0, 1, 1, 2, 2, 3, 4, 8]);
     }
 }

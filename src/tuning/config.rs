@@ -98,10 +98,7 @@ impl TuningConfig {
         if !(self.confidence > 0.5 && self.confidence < 1.0) {
             out.push((
                 "confidence",
-                format!(
-                    "{} cannot work: write a probability above 0.5 and below 1, such as 0.95",
-                    self.confidence
-                ),
+                format!("{} cannot work: write a probability above 0.5 and below 1, such as 0.95", self.confidence),
             ));
         }
         if self.feedback_ttl_s == 0 || self.feedback_ttl_s > MAX_FEEDBACK_TTL_S {

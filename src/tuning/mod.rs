@@ -254,13 +254,20 @@ impl Tuner {
             FeedbackError::new(
                 400,
                 "invalid_snapshot_id",
-                format!("\"{}\" is not a snapshot id: ids are UUIDs such as 01a230b8-dbd5-7137-bffb-a4cb18ebdb45", body.snapshot_id.escape_debug()),
+                format!(
+                    "\"{}\" is not a snapshot id: ids are UUIDs such as 01a230b8-dbd5-7137-bffb-a4cb18ebdb45",
+                    body.snapshot_id.escape_debug()
+                ),
             )
         })?;
         let reward = match &body.reward {
             serde_json::Value::Bool(b) => f64::from(u8::from(*b)),
             v => v.as_f64().filter(|r| r.is_finite()).ok_or_else(|| {
-                FeedbackError::new(400, "invalid_reward", format!("\"reward\" must be a number (0 or 1, or any real number), not {v}"))
+                FeedbackError::new(
+                    400,
+                    "invalid_reward",
+                    format!("\"reward\" must be a number (0 or 1, or any real number), not {v}"),
+                )
             })?,
         };
         let now_ms = crate::snapshot::id::unix_ms(SystemTime::now());
@@ -301,7 +308,7 @@ impl Tuner {
             ));
         }
         ledger.counted.expire(oldest);
-        let first = ledger.counted.insert(id).map_err(|()| {
+        let first = ledger.counted.insert(id).map_err(|state::Full| {
             FeedbackError::new(
                 503,
                 "feedback_backlog",
@@ -464,7 +471,11 @@ impl Tuner {
                     table: tuned.name.clone(),
                     basis,
                     generation: (random_u64() >> 32) as u32,
-                    model: if self.config.reward == RewardSetting::Real { RewardModel::Real } else { RewardModel::Binary },
+                    model: if self.config.reward == RewardSetting::Real {
+                        RewardModel::Real
+                    } else {
+                        RewardModel::Binary
+                    },
                     arms: kept
                         .iter()
                         .map(|a| ArmState {
@@ -613,16 +624,13 @@ impl Tuner {
             )));
         };
         let chosen = match variant {
-            Some(v) => state.arms[1..]
-                .iter()
-                .position(|a| a.id == v)
-                .ok_or_else(|| {
-                    let ids: Vec<&str> = state.arms[1..].iter().map(|a| a.id.as_str()).collect();
-                    PromoteError::UnknownVariant(format!(
-                        "table \"{table}\" has no variant \"{v}\"; its variants are {}",
-                        ids.join(", ")
-                    ))
-                })?,
+            Some(v) => state.arms[1..].iter().position(|a| a.id == v).ok_or_else(|| {
+                let ids: Vec<&str> = state.arms[1..].iter().map(|a| a.id.as_str()).collect();
+                PromoteError::UnknownVariant(format!(
+                    "table \"{table}\" has no variant \"{v}\"; its variants are {}",
+                    ids.join(", ")
+                ))
+            })?,
             None => judged
                 .iter()
                 .enumerate()

@@ -67,7 +67,10 @@ fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
 
 /// The values of `overlay` that still apply to a table whose file declares `file_params`, and
 /// the entries that no longer do (the file's value changed), by name.
-fn applicable(overlay: &Overlay, file_params: Option<&serde_json::Value>) -> (BTreeMap<String, serde_json::Value>, Vec<String>) {
+fn applicable(
+    overlay: &Overlay,
+    file_params: Option<&serde_json::Value>,
+) -> (BTreeMap<String, serde_json::Value>, Vec<String>) {
     let mut apply = BTreeMap::new();
     let mut stale = Vec::new();
     for (name, p) in &overlay.params {
@@ -103,7 +106,8 @@ pub fn apply(table: Table, folder: &Path) -> Table {
         kept.params.retain(|name, _| !stale.contains(name));
         let path = path_of(folder, &table.name);
         let written = if kept.params.is_empty() {
-            std::fs::remove_file(&path).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
+            std::fs::remove_file(&path)
+                .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
         } else {
             serde_json::to_vec_pretty(&kept).map_err(std::io::Error::other).and_then(|b| state::write_atomic(&path, &b))
         };
@@ -117,7 +121,10 @@ pub fn apply(table: Table, folder: &Path) -> Table {
     match table.with_params(&values) {
         Ok(promoted) => promoted,
         Err(e) => {
-            log::error!("table \"{}\": its promoted values do not compile ({e}); serving the file's values", table.name);
+            log::error!(
+                "table \"{}\": its promoted values do not compile ({e}); serving the file's values",
+                table.name
+            );
             table
         }
     }
@@ -131,7 +138,8 @@ pub fn promote(
     values: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), String> {
     let folder = folder(tuning_folder);
-    let mut overlay = read(&folder, &served.name)?.unwrap_or_else(|| Overlay { table: served.name.clone(), ..Overlay::default() });
+    let mut overlay =
+        read(&folder, &served.name)?.unwrap_or_else(|| Overlay { table: served.name.clone(), ..Overlay::default() });
     for (name, value) in values {
         // the file's value: what an earlier promotion recorded, else what serves now (the file's)
         let file = match overlay.params.get(name) {
@@ -182,7 +190,8 @@ pub fn export(path: &Path, state_dir: &Path) -> Result<String, String> {
         out.replace_range(span, &value);
     }
     let out = format!("{bom}{out}");
-    let check = Table::from_bytes(path, out.as_bytes(), &limits).map_err(|e| format!("the exported table does not load: {e}"))?;
+    let check = Table::from_bytes(path, out.as_bytes(), &limits)
+        .map_err(|e| format!("the exported table does not load: {e}"))?;
     for (name, value) in &values {
         let now = declared(check.params.as_ref(), name);
         if !now.as_ref().is_some_and(|v| same(v, value)) {

@@ -97,12 +97,16 @@ pub struct Counted {
 /// The most ids [`Counted`] holds (about 20 bytes each).
 pub const MAX_COUNTED: usize = 500_000;
 
+/// [`Counted`] holds [`MAX_COUNTED`] ids already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full;
+
 const BUCKET_MS: u64 = 60_000;
 
 impl Counted {
-    /// Marks `id` counted: `Ok(true)` the first time, `Ok(false)` if it already was, `Err(())`
+    /// Marks `id` counted: `Ok(true)` the first time, `Ok(false)` if it already was, [`Full`]
     /// when [`MAX_COUNTED`] ids are held.
-    pub fn insert(&mut self, id: SnapshotId) -> Result<bool, ()> {
+    pub fn insert(&mut self, id: SnapshotId) -> Result<bool, Full> {
         let minute = id.unix_ms() / BUCKET_MS;
         let pos = self.buckets.iter().position(|(m, _)| *m == minute);
         if let Some(p) = pos {
@@ -111,7 +115,7 @@ impl Counted {
             }
         }
         if self.len >= MAX_COUNTED {
-            return Err(());
+            return Err(Full);
         }
         let p = match pos {
             Some(p) => p,

@@ -101,7 +101,8 @@ mod tests {
     #[test]
     fn later_ids_of_a_thread_still_sort_later() {
         let t = Tagger::new([9, 9]);
-        let ids: Vec<SnapshotId> = (0..100).map(|i| t.tag(next_id(), Tag { slot: i % 16, arm: (i * 7) % 16 }, 1)).collect();
+        let ids: Vec<SnapshotId> =
+            (0..100).map(|i| t.tag(next_id(), Tag { slot: i % 16, arm: (i * 7) % 16 }, 1)).collect();
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
     }
 }
