@@ -120,23 +120,23 @@ fn feedback_is_validated_and_counted_once() {
     assert_eq!((again["counted"].clone(), again["duplicate"].clone()), (Json::Bool(false), Json::Bool(true)));
     let untagged = next_id();
     let e = send(format!(r#"{{"snapshot_id": "{untagged}", "reward": 1}}"#)).unwrap_err();
-    assert_eq!((e.status, e.code), (404, "unknown_snapshot"));
+    assert_eq!((e.status(), e.code()), (404, "unknown_snapshot"));
     let e = send(r#"{"snapshot_id": "nope", "reward": 1}"#.into()).unwrap_err();
-    assert_eq!((e.status, e.code), (400, "invalid_snapshot_id"));
+    assert_eq!((e.status(), e.code()), (400, "invalid_snapshot_id"));
     let e = send(format!(r#"{{"snapshot_id": "{id}", "reward": "good"}}"#)).unwrap_err();
-    assert_eq!((e.status, e.code), (400, "invalid_reward"));
+    assert_eq!((e.status(), e.code()), (400, "invalid_reward"));
     let e = send(format!(r#"{{"snapshot_id": "{id}"}}"#)).unwrap_err();
-    assert_eq!((e.status, e.code), (400, "invalid_feedback"));
+    assert_eq!((e.status(), e.code()), (400, "invalid_feedback"));
     let e = send("not json".into()).unwrap_err();
-    assert_eq!((e.status, e.code), (400, "invalid_feedback"));
+    assert_eq!((e.status(), e.code()), (400, "invalid_feedback"));
     // an id older than feedback_ttl_s
     let now_ms = clef::snapshot::id::unix_ms(std::time::SystemTime::now());
     let old_ms = u128::from(now_ms - 90_000_000);
     let old = clef::snapshot::SnapshotId::from_u128((old_ms << 80) | (0x7 << 76) | (0b10 << 62) | (12_345 << 32));
     let old = tuner.tag(live, tuner.choose(live), old);
     let e = send(format!(r#"{{"snapshot_id": "{old}", "reward": 0}}"#)).unwrap_err();
-    assert_eq!((e.status, e.code), (404, "unknown_snapshot"));
-    assert!(e.message.contains("older"), "{}", e.message);
+    assert_eq!((e.status(), e.code()), (404, "unknown_snapshot"));
+    assert!(e.to_string().contains("older"), "{e}");
 }
 
 #[test]
@@ -174,5 +174,5 @@ fn rewards_survive_a_restart_and_reset_when_the_rules_change() {
     tuner.tick(|n: &str| (n == "pay").then(|| changed.clone()), &mut SmallRng::seed_from_u64(3));
     assert_eq!(samples(&tuner), 0);
     let e = tuner.feedback(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#).as_bytes()).unwrap_err();
-    assert_eq!(e.code, "unknown_snapshot");
+    assert_eq!(e.code(), "unknown_snapshot");
 }

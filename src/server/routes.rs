@@ -223,7 +223,13 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         Route::RouterStatus => super::router_admin::status(app, rsp),
         Route::Failover => super::router_admin::failover(app, req.body, rsp),
         Route::FailoverClear(name) => super::router_admin::clear_failover(app, &name, rsp),
-        Route::Feedback => super::tuning_routes::feedback(app, req.body, rsp),
+        Route::Feedback => {
+            if admin {
+                rsp.error(404, "not_found", "feedback is taken on the main listener");
+                return;
+            }
+            super::tuning_routes::feedback(app, req.body, rsp)
+        }
         Route::Tuning(name) => super::tuning_routes::report(app, &name, rsp),
         Route::Promote(name) => super::tuning_routes::promote(app, &name, req.body, rsp),
         Route::NotFound => {}

@@ -11,7 +11,7 @@ pub(super) fn feedback(app: &App, body: &[u8], rsp: &mut Response) {
     let Some(tuner) = &app.stages.tuner else { return rsp.error(404, "not_tuned", TUNING_OFF) };
     match tuner.feedback(body) {
         Ok(answer) => rsp.body = answer,
-        Err(e) => rsp.error(e.status, e.code, &e.message),
+        Err(e) => rsp.error(e.status(), e.code(), &e.to_string()),
     }
 }
 
@@ -60,9 +60,6 @@ pub(super) fn promote(app: &App, name: &str, body: &[u8], rsp: &mut Response) {
             app.reload("tuning promotion");
             rsp.body = answer;
         }
-        Err(e) => {
-            let (status, code) = e.status_code();
-            rsp.error(status, code, &e.to_string());
-        }
+        Err(e) => rsp.error(e.status(), e.code(), &e.to_string()),
     }
 }

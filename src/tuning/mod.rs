@@ -113,20 +113,55 @@ pub struct Choice {
     pub arm: usize,
 }
 
-/// Why feedback was refused (SPEC §6 error shape).
+/// Why feedback was refused.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FeedbackError {
-    /// the HTTP status
-    pub status: u16,
-    /// the error code
-    pub code: &'static str,
-    /// what is wrong, for people
-    pub message: String,
+pub enum FeedbackError {
+    /// the body is not `{"snapshot_id", "reward"}`
+    Invalid(String),
+    /// the id is not a UUID
+    BadId(String),
+    /// the reward is not a number this table takes
+    BadReward(String),
+    /// no tuned decision of this server has the id (or it expired)
+    Unknown(String),
+    /// too many feedbacks are held to recognise repeats
+    Backlog,
 }
 
 impl FeedbackError {
-    fn new(status: u16, code: &'static str, message: impl Into<String>) -> FeedbackError {
-        FeedbackError { status, code, message: message.into() }
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
+        match self {
+            FeedbackError::Invalid(_) | FeedbackError::BadId(_) | FeedbackError::BadReward(_) => 400,
+            FeedbackError::Unknown(_) => 404,
+            FeedbackError::Backlog => 503,
+        }
+    }
+
+    /// The API error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            FeedbackError::Invalid(_) => "invalid_feedback",
+            FeedbackError::BadId(_) => "invalid_snapshot_id",
+            FeedbackError::BadReward(_) => "invalid_reward",
+            FeedbackError::Unknown(_) => "unknown_snapshot",
+            FeedbackError::Backlog => "feedback_backlog",
+        }
+    }
+}
+
+impl std::fmt::Display for FeedbackError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FeedbackError::Invalid(m) | FeedbackError::BadId(m) | FeedbackError::BadReward(m) | FeedbackError::Unknown(m) => {
+                f.write_str(m)
+            }
+            FeedbackError::Backlog => write!(
+                f,
+                "{} feedbacks are held to recognise repeats within tuning.feedback_ttl_s; lower it, or send feedback later",
+                state::MAX_COUNTED
+            ),
+        }
     }
 }
 
@@ -144,13 +179,22 @@ pub enum PromoteError {
 }
 
 impl PromoteError {
-    /// The HTTP status and error code.
-    pub fn status_code(&self) -> (u16, &'static str) {
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
         match self {
-            PromoteError::NotTuned(_) => (404, "not_tuned"),
-            PromoteError::NotReady(_) => (409, "not_ready"),
-            PromoteError::UnknownVariant(_) => (404, "unknown_variant"),
-            PromoteError::Io(_) => (500, "state_write_failed"),
+            PromoteError::NotTuned(_) | PromoteError::UnknownVariant(_) => 404,
+            PromoteError::NotReady(_) => 409,
+            PromoteError::Io(_) => 500,
+        }
+    }
+
+    /// The API error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PromoteError::NotTuned(_) => "not_tuned",
+            PromoteError::NotReady(_) => "not_ready",
+            PromoteError::UnknownVariant(_) => "unknown_variant",
+            PromoteError::Io(_) => "state_write_failed",
         }
     }
 }
@@ -244,44 +288,30 @@ impl Tuner {
             reward: serde_json::Value,
         }
         let body: Body = serde_json::from_slice(body).map_err(|e| {
-            FeedbackError::new(
-                400,
-                "invalid_feedback",
-                format!("{e}; send {{\"snapshot_id\": \"<the decision's snapshot_id>\", \"reward\": 1}}"),
-            )
+            FeedbackError::Invalid(format!(
+                "{e}; send {{\"snapshot_id\": \"<the decision's snapshot_id>\", \"reward\": 1}}"
+            ))
         })?;
         let id = SnapshotId::parse(&body.snapshot_id).ok_or_else(|| {
-            FeedbackError::new(
-                400,
-                "invalid_snapshot_id",
-                format!(
-                    "\"{}\" is not a snapshot id: ids are UUIDs such as 01a230b8-dbd5-7137-bffb-a4cb18ebdb45",
-                    body.snapshot_id.escape_debug()
-                ),
-            )
+            FeedbackError::BadId(format!(
+                "\"{}\" is not a snapshot id: ids are UUIDs such as 01a230b8-dbd5-7137-bffb-a4cb18ebdb45",
+                body.snapshot_id.escape_debug()
+            ))
         })?;
         let reward = match &body.reward {
             serde_json::Value::Bool(b) => f64::from(u8::from(*b)),
             v => v.as_f64().filter(|r| r.is_finite()).ok_or_else(|| {
-                FeedbackError::new(
-                    400,
-                    "invalid_reward",
-                    format!("\"reward\" must be a number (0 or 1, or any real number), not {v}"),
-                )
+                FeedbackError::BadReward(format!("\"reward\" must be a number (0 or 1, or any real number), not {v}"))
             })?,
         };
         let now_ms = crate::snapshot::id::unix_ms(SystemTime::now());
         let oldest = now_ms.saturating_sub(self.config.feedback_ttl_s.saturating_mul(1000));
         let unknown = || {
-            FeedbackError::new(
-                404,
-                "unknown_snapshot",
-                format!(
-                    "no tuned decision has the id {}: it was not made by a tuned table of this server, or the table's \
+            FeedbackError::Unknown(format!(
+                "no tuned decision has the id {}: it was not made by a tuned table of this server, or the table's \
                      tuning started over since (a new version, a promotion)",
-                    body.snapshot_id
-                ),
-            )
+                body.snapshot_id
+            ))
         };
         let mut ledger = self.ledger.lock();
         let tag = self
@@ -289,36 +319,18 @@ impl Tuner {
             .read(id, |slot| ledger.tables.get(slot).and_then(Option::as_ref).map(|t| t.state.generation))
             .ok_or_else(unknown)?;
         if id.unix_ms() < oldest {
-            return Err(FeedbackError::new(
-                404,
-                "unknown_snapshot",
-                format!(
-                    "the decision {} is older than tuning.feedback_ttl_s ({} s): its feedback is no longer counted",
-                    body.snapshot_id, self.config.feedback_ttl_s
-                ),
-            ));
+            return Err(FeedbackError::Unknown(format!(
+                "the decision {} is older than tuning.feedback_ttl_s ({} s): its feedback is no longer counted",
+                body.snapshot_id, self.config.feedback_ttl_s
+            )));
         }
         let setting = self.config.reward;
         let binary = reward == 0.0 || reward == 1.0;
         if setting == RewardSetting::Binary && !binary {
-            return Err(FeedbackError::new(
-                400,
-                "invalid_reward",
-                format!("tuning.reward is binary: a reward is 0 or 1, not {reward}"),
-            ));
+            return Err(FeedbackError::BadReward(format!("tuning.reward is binary: a reward is 0 or 1, not {reward}")));
         }
         ledger.counted.expire(oldest);
-        let first = ledger.counted.insert(id).map_err(|state::Full| {
-            FeedbackError::new(
-                503,
-                "feedback_backlog",
-                format!(
-                    "{} feedbacks are held to recognise repeats within tuning.feedback_ttl_s; lower it, or send \
-                     feedback later",
-                    state::MAX_COUNTED
-                ),
-            )
-        })?;
+        let first = ledger.counted.insert(id).map_err(|state::Full| FeedbackError::Backlog)?;
         let name = &self.tables[tag.slot].name;
         let Some(table) = ledger.tables.get_mut(tag.slot).and_then(Option::as_mut) else { return Err(unknown()) };
         let Some(arm) = table.state.arms.get_mut(tag.arm) else { return Err(unknown()) };
