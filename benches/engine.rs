@@ -105,7 +105,7 @@ fn condition(c: &mut Criterion) {
 fn flash(c: &mut Criterion) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let table = Table::load(&root.join("tables/edge_routing.flash.json"), &Limits::default()).unwrap();
-    let Engine::Flash(flash) = &table.engine else { panic!("edge_routing is a flash table") };
+    let Engine::Flash(flash) = &*table.engine else { panic!("edge_routing is a flash table") };
     let mut group = c.benchmark_group("flash");
     for sample in ["mobile_medium", "desktop_low", "unknown_device"] {
         let input = std::fs::read(root.join(format!("tables/samples/edge_routing.{sample}.json"))).unwrap();

@@ -1006,7 +1006,7 @@ fn endpoint(text: &str) -> (String, String) {
 }
 
 fn fill(path: &str) -> String {
-    path.replace("{table}", "t").replace("{name}", "t")
+    path.replace("{table}", "t").replace("{name}", "t").replace("{id}", "skipped")
 }
 
 #[test]
@@ -1069,14 +1069,35 @@ fn endpoints_and_response_fields_are_documented() {
             record("GET", "/tables/{name}", server.json(admin, "GET", &format!("/tables/{name}"), ""));
         }
     }
+    // a kill switch, then a reload that removes its rule, a rollback (a pin) that brings it
+    // back, a reload that keeps the pin and one that ends it
+    let switched = server.json(true, "PUT", "/tables/t/rules/skipped/enabled", "false");
+    assert_eq!(switched["switched_off"], serde_json::json!(["skipped"]), "{switched}");
+    record("PUT", "/tables/{name}/rules/{id}/enabled", switched);
+    let in_file = server.json(true, "PUT", "/tables/t/rules/off/enabled", "false");
+    assert_eq!(in_file["disabled_in_file"], true, "{in_file}");
+    record("PUT", "/tables/{name}/rules/{id}/enabled", in_file);
+    record("GET", "/tables/{name}", server.json(true, "GET", "/tables/t", ""));
     let tables = server.dir.path().join("tables");
-    std::fs::write(tables.join("t.json"), T_V1.replace("docs test", "docs test 2")).expect("edit t.json");
+    let without_skipped = T_V1
+        .replace("docs test", "docs test 2")
+        .replace(r#"{"id": "skipped", "condition": "y == 2", "action": {"a": 2}},"#, "");
+    std::fs::write(tables.join("t.json"), &without_skipped).expect("edit t.json");
     std::fs::remove_file(tables.join("gone.json")).expect("remove gone.json");
     let reload = server.json(true, "POST", "/reload", "");
     let results = set(reload["tables"].as_array().expect("tables").iter().filter_map(|t| t["result"].as_str()));
     assert_eq!(results, set(["failed", "loaded", "removed", "unchanged"]), "{reload}");
     record("POST", "/reload", reload);
+    record("GET", "/tables/{name}", server.json(true, "GET", "/tables/t", ""));
     record("POST", "/tables/{name}/rollback", server.json(true, "POST", "/tables/t/rollback", ""));
+    record("GET", "/tables/{name}", server.json(true, "GET", "/tables/t", ""));
+    let pinned = server.json(true, "POST", "/reload", "");
+    assert!(pinned.to_string().contains(r#""result":"pinned""#), "{pinned}");
+    record("POST", "/reload", pinned);
+    std::fs::write(tables.join("t.json"), without_skipped.replace("docs test 2", "docs test 3")).expect("edit t.json");
+    let unpinned = server.json(true, "POST", "/reload", "");
+    assert!(unpinned.to_string().contains(r#""pin_ended""#), "{unpinned}");
+    record("POST", "/reload", unpinned);
 
     let text = read(doc);
     let mut described = BTreeSet::new();

@@ -296,6 +296,39 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(Config { cases: cases() / 10, max_global_rejects: 1_000_000, ..Config::default() })]
+
+    /// Kill switches decide exactly as `"enabled": false` in the file: the same decision, trace,
+    /// skipped count and warnings, on the indexed path and the reference one (ids the table
+    /// has no rule for switch nothing off).
+    #[test]
+    fn switched_off_rules_decide_as_rules_disabled_in_the_file(
+        table_json in table(),
+        off in prop::collection::btree_set(0..45usize, 0..8),
+        inputs in prop::collection::vec(input(), 1..5),
+    ) {
+        let limits = Limits::default();
+        let table = Table::from_bytes(Path::new("gen.json"), table_json.as_bytes(), &limits).expect("it loads");
+        let ids: std::collections::BTreeSet<String> = off.iter().map(|i| format!("r{i}")).collect();
+        let (switched, missing) = table.with_switched_off(&ids);
+        prop_assert!(missing.iter().all(|id| !table.engine.rules().iter().any(|r| r.id == *id)));
+        let source: serde_json::Value = serde_json::from_str(&table_json).expect("JSON");
+        let disabled: Vec<String> = ids.iter().cloned().collect();
+        let variant = clef::snapshot::replay::variant_source(&source, &disabled, None);
+        let in_file = Table::from_bytes(Path::new("gen.json"), &variant, &limits).expect("the variant loads");
+        for body in &inputs {
+            for explain in [false, true] {
+                let a = switched.decide(body.as_bytes(), explain).expect("valid input");
+                let b = in_file.decide(body.as_bytes(), explain).expect("valid input");
+                prop_assert_eq!(a, b, "explain {} input {} off {:?} table {}", explain, body, ids, table_json);
+            }
+            let a = switched.decide_reference(body.as_bytes()).expect("valid input");
+            prop_assert_eq!(a, in_file.decide_reference(body.as_bytes()).expect("valid input"));
+        }
+    }
+}
+
+proptest! {
     #![proptest_config(Config { cases: cases() / 4, ..Config::default() })]
 
     /// Any text as a condition: an error or a table, never a panic.

@@ -336,3 +336,42 @@ fn replay_streams_a_large_file_in_small_memory() {
     eprintln!("replayed {} MB: peak RSS {rss:.1} MiB, {} snapshots/s", size >> 20, v["read"]["per_second"]);
     assert!(rss < 64.0, "peak RSS {rss} MiB for a {} MiB file", size >> 20);
 }
+
+#[test]
+fn a_yaml_rule_set_replays_with_the_rules_switched_off_when_it_decided() {
+    // A rule set has no Jev source to rebuild: the kill switches apply to the compiled table,
+    // as the server applies them.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gate.yaml");
+    std::fs::write(
+        &path,
+        "rules:\n  - id: big\n    conditions:\n      - {field: x, operator: gt, value: 10}\n    action: {a: big}\n  \
+         - id: any\n    action: {a: any}\n",
+    )
+    .unwrap();
+    let limits = Limits::default();
+    let table = Table::load(&path, &limits).unwrap();
+    let (switched, missing) = table.with_switched_off(&["big".to_string()].into_iter().collect());
+    assert!(missing.is_empty());
+    assert_eq!(switched.switched_off_ids(), ["big"]);
+    let snaps = dir.path().join("snapshots");
+    let cfg = SnapshotsConfig { enabled: true, dir: snaps.clone(), flush_ms: 20, ..Default::default() };
+    let rec = Recorder::start(&cfg).unwrap();
+    let mut differ = 0;
+    for i in 0..200 {
+        let input = format!(r#"{{"x": {}}}"#, i % 30);
+        let decider = if i % 2 == 0 { &switched } else { &table };
+        let d = decider.decide(input.as_bytes(), false).unwrap();
+        differ += usize::from(d.rule != table.decide(input.as_bytes(), false).unwrap().rule);
+        // Event::new takes the switches from the table that decided
+        let ev = Event::new(decider, &d, input.as_bytes());
+        while rec.record(&ev).status == Status::Dropped {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    rec.shutdown();
+    assert!(differ > 20, "the data must depend on the switch: {differ}");
+    let report = replay::run(&[snaps], &options(&path)).unwrap();
+    let t = &report.table;
+    assert_eq!((t.decisions, t.correct, t.unapplied), (200, 200, 0), "{:#?}", t.changed_rules);
+}

@@ -99,7 +99,7 @@ pub fn run(paths: &[PathBuf]) -> i32 {
 
 /// For a `.cfb` beside a `.flash.json` it was not compiled from: what the server will do.
 fn stale_compiled(table: &Table) -> Option<String> {
-    let spec = match &table.engine {
+    let spec = match &*table.engine {
         crate::table::Engine::Flash(f) if table.kind == crate::table::TableKind::FlashCompiled => f.spec(),
         _ => return None,
     };

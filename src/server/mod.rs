@@ -4,6 +4,7 @@
 //! listeners, a signal thread (SIGHUP reloads, SIGTERM drains), a watcher
 //! that reloads changed tables, and a sampler for `/health`'s `load`.
 
+pub mod admin;
 pub mod conn;
 pub mod http;
 pub mod notify;
@@ -22,7 +23,7 @@ use crate::config::Loaded;
 use crate::decide::Stages;
 use crate::metrics::{worker_slot, ServerStats};
 use crate::snapshot::Recorder;
-use crate::table::registry::{Outcome, Registry, Sources};
+use crate::table::registry::{Outcome, Registry, Reloaded, Sources, WriterError};
 use crate::table::Limits;
 use conn::{ConnLimits, ConnObserver};
 use routes::Listener;
@@ -118,10 +119,22 @@ impl App {
     }
 
     /// Reloads every table and logs what happened (`why`: what asked for it).
-    pub fn reload(&self, why: &str) -> Vec<(String, Outcome)> {
-        let outcomes = self.registry.reload();
-        self.reloaded(why, &outcomes);
-        outcomes
+    pub fn reload(&self, why: &str) -> Result<Reloaded, WriterError> {
+        let reloaded = self.registry.reload();
+        match &reloaded {
+            Ok(r) => self.reloaded(why, &r.outcomes),
+            Err(e) => log::error!("reload ({why}): {e}"),
+        }
+        reloaded
+    }
+
+    /// Serves table `name` again with its promoted parameter values (after a tuning
+    /// promotion), logged and counted as a reload.
+    pub fn reapply(&self, name: &str) {
+        match self.registry.reapply(name) {
+            Ok(r) => self.reloaded("tuning promotion", &r.outcomes),
+            Err(e) => log::error!("table {name}: serving its promoted values: {e}"),
+        }
     }
 
     /// Logs what a load or reload did to each table, then one summary line, and counts it in
@@ -139,6 +152,8 @@ impl App {
                         log::info!("table {name}: loaded version {version} ({why})");
                     }
                 }
+                // pinned by a rollback, its file as it was: nothing changed
+                Outcome::Pinned { .. } => unchanged += 1,
                 Outcome::Unchanged { version, recovered } => {
                     unchanged += 1;
                     if *recovered {
@@ -208,7 +223,13 @@ pub fn run(loaded: Loaded) -> i32 {
         regex_size_limit: cfg.limits.max_regex_bytes,
         max_input_depth: cfg.limits.max_input_depth,
     };
-    let sources = Sources { tables_dir: loaded.tables_dir.clone(), extra: loaded.decision_table_path.clone(), limits };
+    let sources = Sources {
+        tables_dir: loaded.tables_dir.clone(),
+        extra: loaded.decision_table_path.clone(),
+        limits,
+        // promoted values serve whether or not tuning is still on: they are the table's values now
+        overlays: Some(crate::tuning::Tuner::overlay_folder(&loaded.state_dir)),
+    };
     let started = Instant::now();
     // Taken before loading, so that an edit made while the tables load is noticed.
     let watched = (sources.fingerprint(), file_stamp(&loaded.path));
@@ -240,7 +261,7 @@ pub fn run(loaded: Loaded) -> i32 {
     } else {
         None
     };
-    let (registry, outcomes) = Registry::open(sources);
+    let (registry, loaded_tables) = Registry::open_in(sources, Some(loaded.state_dir.clone()));
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let workers = cfg.server.worker_threads(cores);
     let app = Arc::new(App {
@@ -271,7 +292,7 @@ pub fn run(loaded: Loaded) -> i32 {
         },
     });
     // The load at start is logged and counted as a reload (`clef_reloads_total` says so).
-    app.reloaded("start", &outcomes);
+    app.reloaded("start", &loaded_tables.outcomes);
     for (role, served, candidate) in app.stages.missing_candidates(&app.registry.snapshot()) {
         log::warn!("model.{role}: table \"{candidate}\" ({role} of \"{served}\") is not loaded; \"{served}\" answers alone until it is");
     }
@@ -421,7 +442,7 @@ fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
     loop {
         match set.wait() {
             Ok(Signal::SIGHUP) => {
-                app.reload("SIGHUP");
+                let _ = app.reload("SIGHUP");
             }
             Ok(sig) => {
                 log::info!("{sig}: draining: finishing in-flight requests, closing connections");
@@ -531,8 +552,8 @@ fn spawn_tuning(app: Arc<App>) {
             let tables = app.registry.snapshot();
             let promoted = tuner.tick(|name| tables.get(name).and_then(|s| s.current.clone()), &mut rng);
             drop(tables);
-            if !promoted.is_empty() {
-                app.reload("tuning promotion");
+            for name in promoted {
+                app.reapply(&name);
             }
             std::thread::sleep(crate::tuning::TICK);
         }
@@ -562,7 +583,7 @@ fn spawn_watcher(app: Arc<App>, config_path: std::path::PathBuf, start: Fingerpr
                 let now = app.registry.sources().fingerprint();
                 if now != tables {
                     tables = now;
-                    app.reload("file changed");
+                    let _ = app.reload("file changed");
                 }
                 let c = file_stamp(&config_path);
                 if c != config {

@@ -5,13 +5,14 @@ use std::fmt::Write as _;
 
 use percent_encoding::percent_decode_str;
 
+use super::admin;
 use super::http::{Request, Response};
 use super::App;
 use crate::decide::{self as pipeline, Refusal, Routed};
 use crate::expr::json::{write_json_float, write_json_string};
 use crate::metrics::{self, Gauges, TableLoad, TableView};
 use crate::router::forward::{Answer, Endpoint, Outgoing};
-use crate::table::registry::{Outcome, RollbackError, Tables};
+use crate::table::registry::{Outcome, Reloaded, RollbackError, Tables};
 use crate::table::{write_timestamp, Table};
 
 /// Which listener a request came in on.
@@ -35,6 +36,8 @@ enum Route<'p> {
     Table(Cow<'p, str>),
     Reload,
     Rollback(Cow<'p, str>),
+    /// a kill switch: `/tables/{name}/rules/{id}/enabled` (admin)
+    RuleEnabled(Cow<'p, str>, Cow<'p, str>),
     /// a recent decision snapshot (admin)
     Snapshot(Cow<'p, str>),
     /// forward-auth with a table; the path after `/authz/{table}` is the one being authorized
@@ -69,6 +72,9 @@ fn route(path: &str) -> Route<'_> {
         };
     }
     let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
+    if let Some(r) = rule_enabled_route(path) {
+        return r;
+    }
     let mut segments = path.split('/').skip(1);
     let parts = [segments.next(), segments.next(), segments.next()];
     if segments.next().is_some() {
@@ -103,6 +109,20 @@ fn route(path: &str) -> Route<'_> {
     }
 }
 
+/// `/tables/{name}/rules/{id}/enabled`, each name percent-decoded on its own.
+fn rule_enabled_route(path: &str) -> Option<Route<'_>> {
+    let rest = path.strip_prefix("/tables/")?.strip_suffix("/enabled")?;
+    let (name, id) = rest.split_once("/rules/")?;
+    if name.contains('/') || id.contains('/') {
+        return None;
+    }
+    let decode = |raw| percent_decode_str(raw).decode_utf8().ok().filter(|n| !n.is_empty());
+    Some(match (decode(name), decode(id)) {
+        (Some(name), Some(id)) => Route::RuleEnabled(name, id),
+        _ => Route::NotFound,
+    })
+}
+
 /// Answers one request.
 pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Response) {
     let cors = listener == Listener::Main && app.cors_enabled;
@@ -133,6 +153,7 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         r,
         Route::Reload
             | Route::Rollback(_)
+            | Route::RuleEnabled(..)
             | Route::Snapshot(_)
             | Route::RouterStatus
             | Route::Failover
@@ -154,6 +175,7 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
             ("GET", req.method == "GET" || req.method == "HEAD")
         }
         Route::Reload | Route::Rollback(_) | Route::Failover => ("POST", req.method == "POST"),
+        Route::RuleEnabled(..) => ("PUT", req.method == "PUT"),
         Route::RouterStatus | Route::Tuning(_) => ("GET", req.method == "GET" || req.method == "HEAD"),
         Route::Feedback | Route::Promote(_) => ("POST", req.method == "POST"),
         Route::FailoverClear(_) => ("DELETE", req.method == "DELETE"),
@@ -219,6 +241,7 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         Route::Table(name) => table(app, &name, admin, rsp),
         Route::Reload => reload(app, rsp),
         Route::Rollback(name) => rollback(app, &name, rsp),
+        Route::RuleEnabled(name, id) => admin::rule_enabled(app, &name, &id, req.body, rsp),
         Route::Snapshot(id) => snapshot(app, &id, rsp),
         Route::RouterStatus => super::router_admin::status(app, rsp),
         Route::Failover => super::router_admin::failover(app, req.body, rsp),
@@ -709,6 +732,7 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
         write_json_string(v, b);
     }
     b.push(']');
+    admin::write_switch_state(slot, b);
     if let Some(t) = &slot.current {
         write_table_summary(t, b);
         if let Some(d) = &t.description {
@@ -721,7 +745,7 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
             b.push_str(",\"params\":");
             b.push_str(&params.to_string());
         }
-        if let crate::table::Engine::Flash(flash) = &t.engine {
+        if let crate::table::Engine::Flash(flash) = &*t.engine {
             // Instead of rules: the dimensions with their buckets, the actions, the cells.
             let from = if t.kind == crate::table::TableKind::FlashCompiled { "cfb" } else { "source" };
             let _ = write!(b, ",\"served_from\":\"{from}\"");
@@ -736,7 +760,10 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
             }
             b.push_str("{\"id\":");
             b.push_str(&r.id_json);
-            let _ = write!(b, ",\"enabled\":{}", r.enabled);
+            let _ = write!(b, ",\"enabled\":{}", t.outcome_enabled(i));
+            if t.rule_switched_off(i) {
+                b.push_str(",\"switched_off\":true");
+            }
             b.push_str(",\"condition\":");
             write_json_string(&r.condition, b);
             b.push_str(",\"action\":");
@@ -752,10 +779,10 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
     b.push('}');
 }
 
-/// Writes reload outcomes as JSON.
-fn write_outcomes(outcomes: &[(String, Outcome)], b: &mut String) {
+/// Writes what a reload did as JSON.
+fn write_outcomes(reloaded: &Reloaded, b: &mut String) {
     b.push_str("{\"tables\":[");
-    for (i, (name, outcome)) in outcomes.iter().enumerate() {
+    for (i, (name, outcome)) in reloaded.outcomes.iter().enumerate() {
         if i > 0 {
             b.push(',');
         }
@@ -768,6 +795,10 @@ fn write_outcomes(outcomes: &[(String, Outcome)], b: &mut String) {
             Outcome::Unchanged { version, .. } => {
                 let _ = write!(b, ",\"result\":\"unchanged\",\"version\":\"{version}\"");
             }
+            Outcome::Pinned { version, file_version } => {
+                let _ =
+                    write!(b, ",\"result\":\"pinned\",\"version\":\"{version}\",\"file_version\":\"{file_version}\"");
+            }
             Outcome::Failed { error, serving } => {
                 b.push_str(",\"result\":\"failed\",\"error\":");
                 write_json_string(error, b);
@@ -779,24 +810,30 @@ fn write_outcomes(outcomes: &[(String, Outcome)], b: &mut String) {
             }
             Outcome::Removed => b.push_str(",\"result\":\"removed\""),
         }
+        admin::write_reload_notes(reloaded, name, b);
         b.push('}');
     }
-    b.push_str("]}");
+    b.push(']');
+    admin::write_persist_error(reloaded.persist_error.as_deref(), b);
+    b.push('}');
 }
 
 fn reload(app: &App, rsp: &mut Response) {
-    let outcomes = app.reload("POST /reload");
-    write_outcomes(&outcomes, &mut rsp.body);
+    match app.reload("POST /reload") {
+        Ok(reloaded) => write_outcomes(&reloaded, &mut rsp.body),
+        Err(e) => admin::writer_failed(e, rsp),
+    }
 }
 
 fn rollback(app: &App, name: &str, rsp: &mut Response) {
     match app.registry.rollback(name) {
-        Ok(t) => {
-            log::info!("table {name}: rolled back to version {}", t.version);
+        Ok(rolled) => {
             let b = &mut rsp.body;
             b.push_str("{\"table\":");
             write_json_string(name, b);
-            let _ = write!(b, ",\"version\":\"{}\"}}", t.version);
+            let _ = write!(b, ",\"version\":\"{}\",\"pinned\":true", rolled.table.version);
+            admin::write_persisted(app, rolled.persist_error.as_deref(), b);
+            b.push('}');
         }
         Err(RollbackError::UnknownTable) => rsp.error(404, "unknown_table", &format!("no table named \"{name}\"")),
         Err(RollbackError::NoPreviousVersion) => rsp.error(
@@ -804,5 +841,6 @@ fn rollback(app: &App, name: &str, rsp: &mut Response) {
             "no_previous_version",
             &format!("table \"{name}\" has no earlier good version kept in memory"),
         ),
+        Err(RollbackError::Writer(e)) => admin::writer_failed(e, rsp),
     }
 }

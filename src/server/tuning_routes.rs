@@ -57,7 +57,7 @@ pub(super) fn promote(app: &App, name: &str, body: &[u8], rsp: &mut Response) {
     };
     match tuner.promote(name, asked.as_deref()) {
         Ok(answer) => {
-            app.reload("tuning promotion");
+            app.reapply(name);
             rsp.body = answer;
         }
         Err(e) => rsp.error(e.status(), e.code(), &e.to_string()),

@@ -84,8 +84,8 @@ pub struct Event<'a> {
 }
 
 impl<'a> Event<'a> {
-    /// An event made now, by `local`, with nothing switched off, no variant, no shadow and no
-    /// `traceparent`; set the other fields as needed.
+    /// An event made now, by `local`, with the rules switched off on `table` (its kill
+    /// switches), no variant, no shadow and no `traceparent`; set the other fields as needed.
     pub fn new(table: &'a Table, decision: &'a Decision, input: &'a [u8]) -> Event<'a> {
         Event {
             table,
@@ -94,7 +94,7 @@ impl<'a> Event<'a> {
             instance: "local",
             timestamp: SystemTime::now(),
             latency_ns: 0,
-            disabled_rules: &[],
+            disabled_rules: table.switched_off_ids(),
             variant: None,
             shadow: None,
             traceparent: None,

@@ -7,8 +7,9 @@
 //! stays that of one chunk, one zstd frame and the tables, however large the snapshots are.
 //!
 //! Each snapshot is replayed as it was decided: the rules switched off at that moment are
-//! switched off, and a tuning variant's params replace the table's (a Jev table is rebuilt from
-//! its source for each such combination, and kept). The action is compared with the snapshot's
+//! switched off (on the compiled table, as the server does it), and a tuning variant's params
+//! replace the table's (a Jev table is rebuilt from its source for each such combination, and
+//! kept). The action is compared with the snapshot's
 //! `expected` label when it has one, else with the recorded action.
 //!
 //! score = 50·correctness + 25·latency + 15·cost + 10·audit, each in [0, 1]: latency is the
@@ -299,11 +300,17 @@ impl Lane {
         if self.variants.len() >= MAX_VARIANTS {
             self.variants.clear();
         }
-        let built = self.source.as_ref().and_then(|src| {
-            let params: Option<serde_json::Map<String, Json>> = params.and_then(|p| serde_json::from_str(p.get()).ok());
-            let bytes = variant_source(src, &rec.disabled(), params.as_ref());
-            Table::from_bytes(&self.base.path, &bytes, &self.base.limits).ok().map(Arc::new)
-        });
+        let built = match params {
+            // Switched-off rules alone need no rebuild, for any kind of rule table: the switches
+            // apply to the compiled table as the server applied them (ids this table has no
+            // rule for switch nothing off, as when the source is rebuilt).
+            None => Some(Arc::new(self.base.with_switched_off(&rec.disabled().into_iter().collect()).0)),
+            Some(params) => self.source.as_ref().and_then(|src| {
+                let params: Option<serde_json::Map<String, Json>> = serde_json::from_str(params.get()).ok();
+                let bytes = variant_source(src, &rec.disabled(), params.as_ref());
+                Table::from_bytes(&self.base.path, &bytes, &self.base.limits).ok().map(Arc::new)
+            }),
+        };
         self.variants.insert(key, built.clone());
         built
     }

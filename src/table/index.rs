@@ -1014,7 +1014,7 @@ mod tests {
             let text = serde_json::json!({"rules": rules}).to_string();
             Table::from_bytes(Path::new("t.json"), text.as_bytes(), &Limits::default()).unwrap()
         };
-        let indexed = |t: &Table| match &t.engine {
+        let indexed = |t: &Table| match &*t.engine {
             crate::table::Engine::Rules(e) => e.indexed_fields(),
             _ => unreachable!("a Jev table has rules"),
         };

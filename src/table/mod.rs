@@ -4,6 +4,7 @@
 pub mod flash;
 pub mod index;
 pub mod jev;
+pub mod overlay;
 pub mod params;
 pub mod registry;
 pub mod rules;
@@ -11,9 +12,10 @@ pub mod ruleset;
 pub mod spec;
 pub mod template;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
@@ -22,7 +24,7 @@ use crate::diagnostic::Diagnostic;
 use crate::expr::json::write_json_string;
 use crate::expr::value::{Const, Value};
 use crate::input::{self, InputError};
-pub use rules::{Decision, Problem, Rule, RuleEngine, RuleWarning, TraceEntry};
+pub use rules::{Decision, Problem, Rule, RuleEngine, RuleWarning, SwitchedOff, TraceEntry};
 
 /// Load-time caps (SPEC §10), each configurable.
 #[derive(Clone, Debug)]
@@ -127,8 +129,9 @@ impl LoadError {
     }
 }
 
-/// A loaded, compiled table.
-#[derive(Debug)]
+/// A loaded, compiled table. Cloning one is cheap: the engine is shared (the registry clones a
+/// table to serve it with other kill switches, without compiling it again).
+#[derive(Debug, Clone)]
 pub struct Table {
     /// the file name without extensions
     pub name: String,
@@ -147,7 +150,7 @@ pub struct Table {
     /// `params` as declared in the file
     pub params: Option<serde_json::Value>,
     /// what decides: the engine of its kind
-    pub engine: Engine,
+    pub engine: Arc<Engine>,
     /// when it was loaded
     pub loaded_at: SystemTime,
     /// how long loading and compiling took
@@ -155,6 +158,11 @@ pub struct Table {
     /// load-time caps it was built with
     pub limits: Limits,
     name_json: Box<str>,
+    /// the rules kill switches turn off on this copy (SPEC §8.3); `None`: the file's rules as written
+    switched_off: Option<Arc<SwitchedOff>>,
+    /// the file's bytes, zstd-compressed, when the registry keeps them (to pin a rollback to
+    /// this version across restarts, its source is written to `state_dir`)
+    packed_source: Option<Arc<[u8]>>,
 }
 
 /// The engine that decides for one table, chosen by its kind when it loads (as the regex
@@ -172,16 +180,22 @@ pub enum Engine {
 }
 
 impl Engine {
-    fn decide_body(&self, body: &[u8], explain: bool, max_depth: usize) -> Result<Decision, InputError> {
+    fn decide_body(
+        &self,
+        body: &[u8],
+        explain: bool,
+        max_depth: usize,
+        switched: Option<&SwitchedOff>,
+    ) -> Result<Decision, InputError> {
         match self {
-            Engine::Rules(e) => e.decide_body(body, explain, max_depth),
+            Engine::Rules(e) => e.decide_body_with(body, explain, max_depth, switched),
             Engine::Flash(f) => input::with_parsed(body, max_depth, |root| f.decide(&root, explain)),
         }
     }
 
-    fn decide_reference(&self, root: &Value<'_>) -> Result<Decision, InputError> {
+    fn decide_reference(&self, root: &Value<'_>, switched: Option<&SwitchedOff>) -> Result<Decision, InputError> {
         match self {
-            Engine::Rules(e) => e.decide_reference(root),
+            Engine::Rules(e) => e.decide_reference_with(root, switched),
             Engine::Flash(f) => Ok(f.decide_reference(root)),
         }
     }
@@ -366,11 +380,13 @@ impl Table {
             declared_name: meta.name,
             tests: meta.tests,
             params: meta.params,
-            engine,
+            engine: Arc::new(engine),
             loaded_at: SystemTime::now(),
             compile_time: started.elapsed(),
             limits: limits.clone(),
             name_json: name_json.into(),
+            switched_off: None,
+            packed_source: None,
         })
     }
 
@@ -378,12 +394,12 @@ impl Table {
     /// name → new value), compiled as the file's values are: a tuning variant, or promoted
     /// values. Its `params` show the new values; name, version and path stay the file's.
     pub fn with_params(&self, overrides: &BTreeMap<String, serde_json::Value>) -> Result<Table, String> {
-        let Engine::Rules(rules) = &self.engine else {
+        let Engine::Rules(rules) = &*self.engine else {
             return Err(format!("table \"{}\" is a {} table: it has no parameters", self.name, self.kind.name()));
         };
         let consts = overrides.iter().map(|(k, v)| (k.clone(), Const::from_json(v))).collect();
         let started = Instant::now();
-        let engine = Engine::Rules(rules.with_params(&consts)?);
+        let engine = Arc::new(Engine::Rules(rules.with_params(&consts)?));
         let mut params = self.params.clone();
         if let Some(serde_json::Value::Object(decls)) = params.as_mut() {
             for (name, value) in overrides {
@@ -406,18 +422,49 @@ impl Table {
             compile_time: started.elapsed(),
             limits: self.limits.clone(),
             name_json: self.name_json.clone(),
+            // a variant has the same rules in the same order: the switches apply to it as they are
+            switched_off: self.switched_off.clone(),
+            packed_source: self.packed_source.clone(),
         })
     }
 
     /// Decides one JSON body: parsed once, checked against the table's schema
-    /// (when it has one), then evaluated.
+    /// (when it has one), then evaluated with the rules enabled on this copy.
     pub fn decide(&self, body: &[u8], explain: bool) -> Result<Decision, InputError> {
-        self.engine.decide_body(body, explain, self.limits.max_input_depth)
+        self.engine.decide_body(body, explain, self.limits.max_input_depth, self.switched_off.as_deref())
     }
 
     /// Decides one JSON body with the reference evaluator (for tests and checks).
     pub fn decide_reference(&self, body: &[u8]) -> Result<Decision, InputError> {
-        input::with_parsed(body, self.limits.max_input_depth, |root| self.engine.decide_reference(&root))?
+        input::with_parsed(body, self.limits.max_input_depth, |root| {
+            self.engine.decide_reference(&root, self.switched_off.as_deref())
+        })?
+    }
+
+    /// This table with the rules named by `ids` switched off (kill switches; any switches of
+    /// `self` are replaced), and the ids it has no rule for. The engine is shared, not rebuilt.
+    /// A flash table has no rules: every id is returned.
+    pub fn with_switched_off(&self, ids: &BTreeSet<String>) -> (Table, Vec<String>) {
+        let (switched, missing) = match &*self.engine {
+            Engine::Rules(e) => e.switch_off(ids),
+            Engine::Flash(_) => (None, ids.iter().cloned().collect()),
+        };
+        (Table { switched_off: switched.map(Arc::new), ..self.clone() }, missing)
+    }
+
+    /// The ids of the rules switched off on this copy, in rule order (empty without any).
+    pub fn switched_off_ids(&self) -> &[String] {
+        self.switched_off.as_deref().map_or(&[], SwitchedOff::ids)
+    }
+
+    /// Whether rule `i` is switched off on this copy.
+    pub fn rule_switched_off(&self, i: usize) -> bool {
+        self.switched_off.as_ref().is_some_and(|s| s.contains(i))
+    }
+
+    /// Whether rule (or cell) `i` takes part in decisions: enabled in the file and not switched off.
+    pub fn outcome_enabled(&self, i: usize) -> bool {
+        self.engine.outcome_enabled(i) && !self.rule_switched_off(i)
     }
 
     /// The action JSON a decision answers with: as built for its input, else as written.

@@ -1,10 +1,26 @@
-//! The set of tables a server serves, swapped atomically on reload.
+//! The set of tables a server serves, and the one thread that changes it.
 //!
-//! Requests read an immutable snapshot (`ArcSwap`, no lock); a reload builds
-//! the next snapshot off the request path — compiling only files whose bytes
-//! changed — and publishes it in one store. A table whose new file fails to
-//! load keeps serving its last good version; the failure is kept for
-//! `/health` until a good file replaces it.
+//! Requests read an immutable snapshot ([`Tables`] behind an `ArcSwap`: no lock, one load per
+//! request). Every change — a reload (the file watcher, SIGHUP, `POST /reload`), a rollback, a
+//! kill switch — is a request to one writer thread (see `writer`), which builds the next
+//! snapshot off the request workers and publishes it in one store. Being the only writer, it
+//! needs no lock, and changes apply one after the other in the order they were asked: a kill
+//! switch set while a reload compiles applies to what that reload publishes, never to a
+//! snapshot the reload then overwrites. What must survive a restart — kill switches and
+//! rollback pins — it persists in `state_dir` (see `state`) before answering.
+//!
+//! A caller waits for the answer on a may channel: on a coroutine (an admin request) that parks
+//! the coroutine, not its worker thread, so the worker's other connections are served while
+//! the writer compiles; on a thread (SIGHUP, the watcher) it parks the thread.
+//!
+//! A table whose new file fails to load keeps serving its last good version; the failure is
+//! kept for `/health` until a good file replaces it. A rollback pins the table to the version
+//! it rolled back to until the table's own file holds new bytes. A kill switch changes no
+//! compiled code: the writer publishes a copy of the table (sharing its engine) whose
+//! enabled-rules bitset lacks the rule, which every core picks up with its next snapshot.
+
+pub mod state;
+mod writer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,12 +28,13 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::flash::cfb;
-use super::{table_name, version_of, Limits, Table, TableKind};
+use super::{table_name, Limits, Table, TableKind};
 use crate::metrics::TableStats;
+pub use state::Pin;
+use writer::{Reply, Request};
 
 /// How many earlier good versions are kept for rollback.
 pub const KEPT_VERSIONS: usize = 3;
@@ -25,7 +42,7 @@ pub const KEPT_VERSIONS: usize = 3;
 /// One table name: what serves now, what served before, and the latest failure.
 #[derive(Debug, Clone)]
 pub struct Slot {
-    /// the version being served (None when the file never loaded)
+    /// the version being served (None when the file never loaded), with the kill switches in force
     pub current: Option<Arc<Table>>,
     /// earlier good versions, newest last
     pub previous: Vec<Arc<Table>>,
@@ -38,9 +55,31 @@ pub struct Slot {
     /// failed loads of this name's file since the server started (at start and on reloads),
     /// kept across reloads for `clef_table_load_failures_total`
     pub load_failures: u64,
+    /// the SHA-256 (hex) of what the table's file held at the last reload (`None` when it could
+    /// not be read): what a rollback pin compares the file with
+    pub file_sha256: Option<String>,
+    /// the rollback pin in force, if any
+    pub pin: Option<Pin>,
+    /// kill switches for this table that name rules it does not have (a reload removed them):
+    /// kept, in case the rule comes back, and reported
+    pub switches_without_rule: Vec<String>,
 }
 
 impl Slot {
+    fn new(files: &[PathBuf]) -> Slot {
+        Slot {
+            current: None,
+            previous: Vec::new(),
+            error: None,
+            stats: Arc::new(TableStats::new(Vec::new())),
+            files: files.to_vec(),
+            load_failures: 0,
+            file_sha256: None,
+            pin: None,
+            switches_without_rule: Vec::new(),
+        }
+    }
+
     /// Makes `table` the serving version; the counters carry over while the rule ids stay the same.
     fn serve(&mut self, table: Arc<Table>) {
         let rule_ids = table.engine.outcome_ids();
@@ -52,7 +91,7 @@ impl Slot {
 }
 
 /// All tables, as one immutable snapshot.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Tables {
     /// by name
     pub slots: BTreeMap<String, Slot>,
@@ -88,6 +127,14 @@ pub enum Outcome {
         /// bytes (its error is cleared now)
         recovered: bool,
     },
+    /// the table is pinned by a rollback and its file holds what it held then: the pinned
+    /// version keeps serving
+    Pinned {
+        /// the version serving (pinned)
+        version: String,
+        /// the version the file holds
+        file_version: String,
+    },
     /// the file failed to load; the previous version (if any) keeps serving
     Failed {
         /// the diagnostic
@@ -99,6 +146,20 @@ pub enum Outcome {
     Removed,
 }
 
+/// What a reload did.
+#[derive(Debug, Clone, Default)]
+pub struct Reloaded {
+    /// what happened to each table
+    pub outcomes: Vec<(String, Outcome)>,
+    /// tables whose rollback pin ended (their file changed, or is gone), with the version they
+    /// were pinned to
+    pub unpinned: Vec<(String, String)>,
+    /// tables with kill switches for rules they do not have, with those rule ids
+    pub switches_without_rule: Vec<(String, Vec<String>)>,
+    /// why the changed state could not be saved in `state_dir`, if it could not
+    pub persist_error: Option<String>,
+}
+
 /// Where tables come from and how they are built.
 #[derive(Debug, Clone)]
 pub struct Sources {
@@ -108,23 +169,109 @@ pub struct Sources {
     pub extra: Option<PathBuf>,
     /// load-time caps
     pub limits: Limits,
+    /// where promoted parameter values are kept (see [`super::overlay`]): applied to every
+    /// table loaded; `None`: the files' values serve
+    pub overlays: Option<PathBuf>,
 }
 
-/// The served tables and how to reload them.
+/// The served tables, and the handle to the thread that changes them.
 #[derive(Debug)]
 pub struct Registry {
-    current: ArcSwap<Tables>,
+    published: Arc<ArcSwap<Tables>>,
     sources: Sources,
-    reload_lock: Mutex<()>,
+    state_dir: Option<PathBuf>,
+    requests: crossbeam::channel::Sender<Request>,
+}
+
+/// Why the registry's writer could not answer a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriterError {
+    /// its queue is full
+    Busy,
+    /// it failed while handling the request (a bug: the log says more), or has stopped
+    Failed,
+}
+
+impl std::fmt::Display for WriterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WriterError::Busy => "the table registry has too many changes queued; retry",
+            WriterError::Failed => "the table registry failed while handling this change; see the log",
+        })
+    }
+}
+
+/// A rollback done: the version now serving, pinned.
+#[derive(Debug, Clone)]
+pub struct RolledBack {
+    /// the version serving now
+    pub table: Arc<Table>,
+    /// why the pin could not be saved in `state_dir` (it holds until a restart), if it could not
+    pub persist_error: Option<String>,
+}
+
+/// Why a rollback did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollbackError {
+    /// no such table
+    UnknownTable,
+    /// nothing older is kept
+    NoPreviousVersion,
+    /// the writer did not answer
+    Writer(WriterError),
+}
+
+/// A kill switch set (SPEC §8.3).
+#[derive(Debug, Clone)]
+pub struct Switched {
+    /// whether the rule takes part in decisions now
+    pub enabled: bool,
+    /// whether the table file itself disables the rule (`"enabled": false`)
+    pub disabled_in_file: bool,
+    /// whether the request changed anything
+    pub changed: bool,
+    /// the ids of the table's rules switched off now, in rule order
+    pub switched_off: Vec<String>,
+    /// why the switch could not be saved in `state_dir` (it holds until a restart), if it could not
+    pub persist_error: Option<String>,
+}
+
+/// Why a kill switch was not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwitchError {
+    /// no such table
+    UnknownTable,
+    /// the table's file has never loaded: its rules are not known
+    Unavailable,
+    /// a flash table: it has cells, not rules
+    NoRules,
+    /// the table has no rule with this id (and no switch for one)
+    UnknownRule,
+    /// switching on a rule the table file disables, which a kill switch cannot do
+    DisabledInFile,
+    /// the writer did not answer
+    Writer(WriterError),
 }
 
 impl Registry {
-    /// Loads every table once.
-    pub fn open(sources: Sources) -> (Registry, Vec<(String, Outcome)>) {
-        let registry =
-            Registry { current: ArcSwap::from_pointee(Tables::default()), sources, reload_lock: Mutex::new(()) };
-        let outcomes = registry.reload();
-        (registry, outcomes)
+    /// Loads every table once, keeping kill switches and rollback pins in memory only (tools
+    /// and tests; the server uses [`Registry::open_in`]).
+    pub fn open(sources: Sources) -> (Registry, Reloaded) {
+        Registry::open_in(sources, None)
+    }
+
+    /// Starts the writer with the state saved in `state_dir` (kill switches, pins; a state
+    /// file that cannot be read is logged and set aside, and the tables serve as their files
+    /// say), and loads every table once.
+    pub fn open_in(sources: Sources, state_dir: Option<PathBuf>) -> (Registry, Reloaded) {
+        let published = Arc::new(ArcSwap::from_pointee(Tables::default()));
+        let requests = writer::start(published.clone(), sources.clone(), state_dir.clone());
+        let registry = Registry { published, sources, state_dir, requests };
+        let loaded = registry.reload().unwrap_or_else(|e| {
+            log::error!("loading the tables: {e}");
+            Reloaded::default()
+        });
+        (registry, loaded)
     }
 
     /// Where the tables come from.
@@ -132,99 +279,50 @@ impl Registry {
         &self.sources
     }
 
+    /// Where kill switches and pins are saved, if anywhere.
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.state_dir.as_deref()
+    }
+
     /// The snapshot requests read.
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Tables>> {
-        self.current.load()
+        self.published.load()
     }
 
     /// Re-reads every table file; returns what happened to each name.
-    pub fn reload(&self) -> Vec<(String, Outcome)> {
-        let _serialized = self.reload_lock.lock();
-        let old = self.current.load_full();
-        let (files, problems) = self.sources.discover();
-        for p in problems {
-            log::error!("{p}");
-        }
-        let mut next = Tables::default();
-        let mut outcomes = Vec::new();
-        for (name, paths) in &files {
-            let prior = old.slots.get(name);
-            let (mut slot, outcome) = self.load_slot(name, paths, prior);
-            if matches!(outcome, Outcome::Failed { .. }) {
-                slot.load_failures += 1;
-            }
-            outcomes.push((name.clone(), outcome));
-            next.slots.insert(name.clone(), slot);
-        }
-        for name in old.slots.keys() {
-            if !files.contains_key(name) {
-                outcomes.push((name.clone(), Outcome::Removed));
-            }
-        }
-        self.current.store(Arc::new(next));
-        outcomes
+    pub fn reload(&self) -> Result<Reloaded, WriterError> {
+        self.ask(Request::Reload)
     }
 
-    fn load_slot(&self, name: &str, paths: &[PathBuf], prior: Option<&Slot>) -> (Slot, Outcome) {
-        let mut slot = prior.cloned().unwrap_or_else(|| Slot {
-            current: None,
-            previous: Vec::new(),
-            error: None,
-            stats: Arc::new(TableStats::new(Vec::new())),
-            files: paths.to_vec(),
-            load_failures: 0,
-        });
-        slot.files = paths.to_vec();
-        // A good load after this clears the error: the outcome says the table recovered.
-        let had_error = slot.error.is_some();
-        let serving = slot.current.as_ref().map(|t| t.version.clone());
-        let (path, bytes) = match pick(name, paths) {
-            Ok(chosen) => chosen,
-            Err(error) => {
-                slot.error = Some(error.clone());
-                return (slot, Outcome::Failed { error, serving });
-            }
-        };
-        let path = &path;
-        let version = version_of(&bytes);
-        if let Some(current) = &slot.current {
-            if current.version == version && current.path == *path {
-                slot.error = None;
-                return (slot, Outcome::Unchanged { version, recovered: had_error });
-            }
-        }
-        match Table::from_bytes(path, &bytes, &self.sources.limits) {
-            Ok(table) => {
-                if let Some(old) = slot.current.take() {
-                    slot.previous.push(old);
-                    if slot.previous.len() > KEPT_VERSIONS {
-                        slot.previous.remove(0);
-                    }
-                }
-                slot.serve(Arc::new(table));
-                slot.error = None;
-                (slot, Outcome::Loaded { version, recovered: had_error })
-            }
-            Err(e) => {
-                let error = e.to_string();
-                slot.error = Some(e.summary());
-                (slot, Outcome::Failed { error, serving })
-            }
-        }
+    /// Serves the previous good version of `name` again and pins the table to it (until its
+    /// file changes); returns it, or why not.
+    pub fn rollback(&self, name: &str) -> Result<RolledBack, RollbackError> {
+        let table = name.to_string();
+        self.ask(|reply| Request::Rollback { table, reply }).map_err(RollbackError::Writer)?
     }
 
-    /// Serves the previous good version of `name` again; returns it, or why not.
-    pub fn rollback(&self, name: &str) -> Result<Arc<Table>, RollbackError> {
-        let _serialized = self.reload_lock.lock();
-        let old = self.current.load_full();
-        let Some(slot) = old.slots.get(name) else { return Err(RollbackError::UnknownTable) };
-        let mut slot = slot.clone();
-        let Some(previous) = slot.previous.pop() else { return Err(RollbackError::NoPreviousVersion) };
-        slot.serve(previous.clone());
-        let mut next = Tables { slots: old.slots.clone() };
-        next.slots.insert(name.to_string(), slot);
-        self.current.store(Arc::new(next));
-        Ok(previous)
+    /// Switches rule `rule` of table `name` off (`enabled: false`) or back on, at once on every
+    /// core and saved for restarts.
+    pub fn set_enabled(&self, name: &str, rule: &str, enabled: bool) -> Result<Switched, SwitchError> {
+        let (table, rule) = (name.to_string(), rule.to_string());
+        self.ask(|reply| Request::SetEnabled { table, rule, enabled, reply }).map_err(SwitchError::Writer)?
+    }
+
+    /// Builds table `name` again from its file with the promoted values now kept for it (after
+    /// a promotion: the file has not changed, its values have), and serves it.
+    pub fn reapply(&self, name: &str) -> Result<Reloaded, WriterError> {
+        let table = name.to_string();
+        self.ask(|reply| Request::Reapply { table, reply })
+    }
+
+    /// Sends a request to the writer and waits for its answer (parking the coroutine or thread).
+    fn ask<T>(&self, request: impl FnOnce(Reply<T>) -> Request) -> Result<T, WriterError> {
+        let (reply, answer) = may::sync::mpsc::channel();
+        self.requests.try_send(request(reply)).map_err(|e| match e {
+            crossbeam::channel::TrySendError::Full(_) => WriterError::Busy,
+            crossbeam::channel::TrySendError::Disconnected(_) => WriterError::Failed,
+        })?;
+        answer.recv().map_err(|_| WriterError::Failed)
     }
 }
 
@@ -271,15 +369,6 @@ impl Sources {
         }
         out
     }
-}
-
-/// Why a rollback did not happen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RollbackError {
-    /// no such table
-    UnknownTable,
-    /// nothing older is kept
-    NoPreviousVersion,
 }
 
 /// The file a table name is served from, with its bytes: its only file; or, for a `.cfb` beside

@@ -184,6 +184,37 @@ pub struct EngineParts<'a> {
     pub templates: bool,
 }
 
+/// The kill switches in force on one rule engine (SPEC §8.3): which rules are switched off at
+/// run time, held as the bitset of the rules that still take part — the file's `enabled` minus
+/// the switched-off ones. A decision reads it exactly where it reads the file's `enabled`, so a
+/// switched-off rule behaves as `"enabled": false` in the file: the index never offers it, it is
+/// never evaluated, and no warning of it can appear.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SwitchedOff {
+    enabled: Box<[u64]>,
+    /// the switched-off rules' indexes, in rule order
+    rules: Vec<usize>,
+    /// their ids, in the same order
+    ids: Vec<String>,
+}
+
+impl SwitchedOff {
+    /// The rules that take part in decisions, one bit per rule.
+    pub fn enabled(&self) -> &[u64] {
+        &self.enabled
+    }
+
+    /// The ids of the switched-off rules, in rule order.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// Whether rule `i` is switched off.
+    pub fn contains(&self, i: usize) -> bool {
+        self.rules.binary_search(&i).is_ok()
+    }
+}
+
 /// An ordered list of rules compiled together.
 #[derive(Debug)]
 pub struct RuleEngine {
@@ -300,49 +331,86 @@ impl RuleEngine {
         })
     }
 
+    /// The rules named by `ids` switched off (kill switches), and the ids no rule of this
+    /// engine has. `None` when no rule is switched off.
+    pub fn switch_off(&self, ids: &std::collections::BTreeSet<String>) -> (Option<SwitchedOff>, Vec<String>) {
+        let mut enabled = self.enabled.clone().into_boxed_slice();
+        let (mut rules, mut found) = (Vec::new(), Vec::new());
+        if !ids.is_empty() {
+            for (i, rule) in self.rules.iter().enumerate() {
+                if ids.contains(&rule.id) {
+                    enabled[i / 64] &= !(1 << (i % 64));
+                    rules.push(i);
+                    found.push(rule.id.clone());
+                }
+            }
+        }
+        let had: std::collections::BTreeSet<&String> = found.iter().collect();
+        let missing = ids.iter().filter(|id| !had.contains(id)).cloned().collect();
+        let switched = (!rules.is_empty()).then_some(SwitchedOff { enabled, rules, ids: found });
+        (switched, missing)
+    }
+
     /// How many fields the rule index uses.
     pub fn indexed_fields(&self) -> usize {
         self.index.indexed_fields()
     }
 
-    /// Decides one request body. Without explain, the body is scanned for what the table reads
-    /// (see `input::scan`); a body the scan does not vouch for, and explain, take the full
-    /// parse — which also gives every error a body can have.
+    /// Decides one request body with the rules the file enables.
     pub fn decide_body(&self, body: &[u8], explain: bool, max_depth: usize) -> Result<Decision, InputError> {
+        self.decide_body_with(body, explain, max_depth, None)
+    }
+
+    /// Decides one request body with the rules the file enables less those `switched` off (kill
+    /// switches). Without explain, the body is scanned for what the table reads (see
+    /// `input::scan`); a body the scan does not vouch for, and explain, take the full parse —
+    /// which also gives every error a body can have.
+    pub fn decide_body_with(
+        &self,
+        body: &[u8],
+        explain: bool,
+        max_depth: usize,
+        switched: Option<&SwitchedOff>,
+    ) -> Result<Decision, InputError> {
+        let enabled = switched.map_or(&self.enabled[..], SwitchedOff::enabled);
         if let (false, Some(plan)) = (explain, &self.plan) {
             let scanned = scan::with_scanned(body, plan, max_depth, |slots| {
                 // a schema mismatch is answered by the full path, which names the field
-                self.schema.passes(&slots).then(|| self.evaluate(slots, &Value::Nil, false))
+                self.schema.passes(&slots).then(|| self.evaluate(slots, &Value::Nil, false, enabled))
             });
             if let Some(Some(decision)) = scanned {
                 return Ok(decision);
             }
         }
-        input::with_parsed(body, max_depth, |root| self.decide(&root, explain))?
+        input::with_parsed(body, max_depth, |root| self.decide_with(&root, explain, enabled))?
     }
 
     /// Decides one input object: the first enabled rule whose condition is
     /// true. An input the table's schema rejects gets no decision.
     pub fn decide(&self, root: &Value<'_>, explain: bool) -> Result<Decision, InputError> {
+        self.decide_with(root, explain, &self.enabled)
+    }
+
+    fn decide_with(&self, root: &Value<'_>, explain: bool, enabled: &[u64]) -> Result<Decision, InputError> {
         let slots = self.program.fill_slots(root);
         self.schema.check(&slots, root)?;
-        Ok(self.evaluate(slots, root, explain))
+        Ok(self.evaluate(slots, root, explain, enabled))
     }
 
     /// The first enabled rule whose condition holds on `slots` (read from `root`).
-    fn evaluate<'a>(&'a self, slots: Vec<SlotValue<'a>>, root: &Value<'_>, explain: bool) -> Decision {
+    fn evaluate<'a>(&'a self, slots: Vec<SlotValue<'a>>, root: &Value<'_>, explain: bool, enabled: &[u64]) -> Decision {
         let arena = Bump::new();
         let mut cx = Ctx::with_slots(&self.program, &arena, slots);
         let mut decision = Decision { trace: explain.then(Vec::new), ..Decision::default() };
         let candidates = self.index.select(&mut cx);
-        self.index.for_each(&candidates, &self.enabled, |r| {
+        self.index.for_each(&candidates, enabled, |r| {
             decision.evaluated += 1;
             let outcome = eval::eval_condition(&self.program.exprs[r], &mut cx);
             self.record(&mut decision, r, outcome, root, &cx.slots);
             decision.rule.is_some()
         });
         if explain {
-            decision.skipped = self.enabled_before(decision.rule) - decision.evaluated;
+            decision.skipped = enabled_before(enabled, self.rules.len(), decision.rule) - decision.evaluated;
         }
         decision
     }
@@ -351,13 +419,23 @@ impl RuleEngine {
     /// path, then every enabled rule in order, conditions walked from the
     /// syntax tree, no index.
     pub fn decide_reference(&self, root: &Value<'_>) -> Result<Decision, InputError> {
+        self.decide_reference_with(root, None)
+    }
+
+    /// [`RuleEngine::decide_reference`] with the rules `switched` off left out too.
+    pub fn decide_reference_with(
+        &self,
+        root: &Value<'_>,
+        switched: Option<&SwitchedOff>,
+    ) -> Result<Decision, InputError> {
+        let enabled = switched.map_or(&self.enabled[..], SwitchedOff::enabled);
         self.schema.check_reference(root)?;
         let arena = Bump::new();
         // placeholders are filled the same way on both paths: they are not what this checks
         let slots = if self.rules.iter().any(Rule::has_templates) { self.program.fill_slots(root) } else { Vec::new() };
         let mut decision = Decision::default();
         for (r, rule) in self.rules.iter().enumerate() {
-            if !rule.enabled {
+            if !bit(enabled, r) {
                 continue;
             }
             decision.evaluated += 1;
@@ -474,21 +552,6 @@ impl RuleEngine {
         }
     }
 
-    fn enabled_before(&self, rule: Option<usize>) -> usize {
-        let end = rule.map(|r| r + 1).unwrap_or(self.rules.len());
-        let mut n = 0;
-        for (w, word) in self.enabled.iter().enumerate() {
-            let start = w * 64;
-            if start >= end {
-                break;
-            }
-            let take = (end - start).min(64);
-            let mask = if take == 64 { u64::MAX } else { (1u64 << take) - 1 };
-            n += (word & mask).count_ones() as usize;
-        }
-        n
-    }
-
     /// The first top-level conjunct that did not hold, with the values it read.
     fn why_not(&self, r: usize, root: &Value<'_>) -> String {
         let rule = &self.rules[r];
@@ -528,6 +591,28 @@ impl RuleEngine {
         }
         format!("{} was false", rule.condition)
     }
+}
+
+/// Whether bit `i` of a rule bitset is set.
+fn bit(bits: &[u64], i: usize) -> bool {
+    bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+}
+
+/// How many rules of `enabled` (of `count` rules) come before `rule` and `rule` itself, or all
+/// of them without one.
+fn enabled_before(enabled: &[u64], count: usize, rule: Option<usize>) -> usize {
+    let end = rule.map(|r| r + 1).unwrap_or(count);
+    let mut n = 0;
+    for (w, word) in enabled.iter().enumerate() {
+        let start = w * 64;
+        if start >= end {
+            break;
+        }
+        let take = (end - start).min(64);
+        let mask = if take == 64 { u64::MAX } else { (1u64 << take) - 1 };
+        n += (word & mask).count_ones() as usize;
+    }
+    n
 }
 
 fn shorten(mut s: String) -> String {

@@ -25,7 +25,6 @@
 
 pub mod bandit;
 pub mod config;
-pub mod overlay;
 pub mod state;
 pub mod tag;
 pub mod variants;
@@ -41,7 +40,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use crate::snapshot::SnapshotId;
-use crate::table::Table;
+use crate::table::{overlay, Table};
 use bandit::{ArmStats, ChoiceTable, Posterior, RewardModel};
 pub use config::{RewardSetting, TuningConfig};
 use state::{ArmState, Counted, TableState};
@@ -222,7 +221,7 @@ impl Tuner {
                 }
                 let k = [random_u64(), random_u64()];
                 let text = serde_json::to_vec(&k).map_err(|e| e.to_string())?;
-                state::write_atomic(&key_path, &text)
+                crate::files::write_atomically(&key_path, &text)
                     .map_err(|e| format!("cannot write {}: {e}", key_path.display()))?;
                 k
             }
@@ -415,7 +414,8 @@ impl Tuner {
         for s in states {
             let path = self.folder.join(format!("{}.json", s.table));
             let written = serde_json::to_vec_pretty(&s).map_err(|e| e.to_string()).and_then(|bytes| {
-                state::write_atomic(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+                crate::files::write_atomically(&path, &bytes)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))
             });
             if let Err(e) = written {
                 log::error!("tuning {}: {e}", s.table);
@@ -659,7 +659,7 @@ impl Tuner {
         let arm = &state.arms[chosen + 1];
         let live = self.tables[slot].live.load_full();
         let Some(live) = live else { return Err(PromoteError::NotTuned(format!("table \"{table}\" is not loaded"))) };
-        overlay::promote(&self.folder, &live.baseline, &arm.params).map_err(PromoteError::Io)?;
+        overlay::promote(&overlay_folder(&self.folder), &live.baseline, &arm.params).map_err(PromoteError::Io)?;
         if let Some(t) = self.ledger.lock().tables[slot].as_mut() {
             t.promoted = true;
         }
@@ -685,9 +685,10 @@ impl Tuner {
         }
     }
 
-    /// The overlays folder the registry reads promoted values from.
+    /// The folder of promoted values (overlays) under `state_dir`, which the registry applies
+    /// to the tables it loads.
     pub fn overlay_folder(state_dir: &Path) -> PathBuf {
-        overlay::folder(&state::folder(state_dir))
+        overlay_folder(&state::folder(state_dir))
     }
 }
 
@@ -705,6 +706,10 @@ impl Live {
     pub fn arm(&self, choice: Choice) -> (&str, &str) {
         self.arms.get(choice.arm).map_or(("baseline", "{}"), |(id, p)| (id.as_str(), &**p))
     }
+}
+
+fn overlay_folder(tuning_folder: &Path) -> PathBuf {
+    tuning_folder.join("overlays")
 }
 
 fn posteriors(state: &TableState) -> Vec<Posterior> {

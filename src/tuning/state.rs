@@ -6,7 +6,6 @@
 //! read back (corrupt, from another version) is logged and tuning starts that table afresh.
 
 use std::collections::VecDeque;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashSet;
@@ -16,36 +15,11 @@ use super::bandit::{ArmStats, RewardModel};
 use crate::snapshot::SnapshotId;
 
 /// The largest state file read back.
-const MAX_STATE_BYTES: u64 = 16 << 20;
-
-/// Writes `bytes` to `path` atomically: a temporary file beside it, synced, renamed over it,
-/// and the folder synced so that the rename itself survives a power cut.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("state"),
-        std::process::id()
-    ));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
+pub const MAX_STATE_BYTES: u64 = 16 << 20;
 
 /// Reads a state file back: `Ok(None)` when there is none.
 pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, String> {
-    match crate::files::read_limited(path, MAX_STATE_BYTES) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("{}: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
-    }
+    crate::files::read_json(path, MAX_STATE_BYTES)
 }
 
 /// The folder of tuning's files.
@@ -186,8 +160,8 @@ mod tests {
     fn atomic_writes_replace_whole_files() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("tuning/t.json");
-        write_atomic(&p, b"{\"a\":1}").unwrap();
-        write_atomic(&p, b"{\"a\":2}").unwrap();
+        crate::files::write_atomically(&p, b"{\"a\":1}").unwrap();
+        crate::files::write_atomically(&p, b"{\"a\":2}").unwrap();
         let v: Option<serde_json::Value> = read_json(&p).unwrap();
         assert_eq!(v, Some(serde_json::json!({"a": 2})));
         let leftovers: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().collect();

@@ -18,13 +18,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::state;
-use crate::table::{Table, TableKind};
+use super::{Table, TableKind};
 
-/// The folder of the overlays, inside tuning's folder.
-pub fn folder(tuning_folder: &Path) -> PathBuf {
-    tuning_folder.join("overlays")
-}
+/// The largest overlay file read back.
+const MAX_OVERLAY_BYTES: u64 = 1 << 20;
 
 /// One table's promoted values.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -52,7 +49,7 @@ fn path_of(folder: &Path, table: &str) -> PathBuf {
 
 /// The overlay of `table` in `folder`, if there is one (an unreadable one is an error).
 pub fn read(folder: &Path, table: &str) -> Result<Option<Overlay>, String> {
-    state::read_json(&path_of(folder, table))
+    crate::files::read_json(&path_of(folder, table), MAX_OVERLAY_BYTES)
 }
 
 /// The declared value of parameter `name` in `params` (a table's `params` as written).
@@ -109,7 +106,9 @@ pub fn apply(table: Table, folder: &Path) -> Table {
             std::fs::remove_file(&path)
                 .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
         } else {
-            serde_json::to_vec_pretty(&kept).map_err(std::io::Error::other).and_then(|b| state::write_atomic(&path, &b))
+            serde_json::to_vec_pretty(&kept)
+                .map_err(std::io::Error::other)
+                .and_then(|b| crate::files::write_atomically(&path, &b))
         };
         if let Err(e) = written {
             log::error!("table \"{}\": cannot update {}: {e}", table.name, path.display());
@@ -130,14 +129,13 @@ pub fn apply(table: Table, folder: &Path) -> Table {
     }
 }
 
-/// Stores `values` as promoted values of `served` (the table as it serves now, maybe already
-/// with promoted values), keeping what the file says for each.
+/// Stores `values` in `folder` as promoted values of `served` (the table as it serves now, maybe
+/// already with promoted values), keeping what the file says for each.
 pub fn promote(
-    tuning_folder: &Path,
+    folder: &Path,
     served: &Table,
     values: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), String> {
-    let folder = folder(tuning_folder);
     let mut overlay =
         read(&folder, &served.name)?.unwrap_or_else(|| Overlay { table: served.name.clone(), ..Overlay::default() });
     for (name, value) in values {
@@ -153,21 +151,20 @@ pub fn promote(
             overlay.params.insert(name.clone(), Promoted { file, value: value.clone() });
         }
     }
-    let path = path_of(&folder, &served.name);
+    let path = path_of(folder, &served.name);
     let bytes = serde_json::to_vec_pretty(&overlay).map_err(|e| e.to_string())?;
-    state::write_atomic(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+    crate::files::write_atomically(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// The text of the table file at `path` with the promoted values in `state_dir` written in
-/// place of the file's values (everything else as it is, comments included): what `clef tune
-/// export` prints. The result is loaded again to check it.
-pub fn export(path: &Path, state_dir: &Path) -> Result<String, String> {
+/// The text of the table file at `path` with the promoted values of `folder` written in place
+/// of the file's values (everything else as it is, comments included): what `clef tune export`
+/// prints. The result is loaded again to check it.
+pub fn export(path: &Path, folder: &Path) -> Result<String, String> {
     let shown = path.display().to_string();
     let bytes = crate::table::read_table_file(path).map_err(|e| format!("{shown}: cannot read the file: {e}"))?;
     let limits = crate::table::Limits::default();
     let table = Table::from_bytes(path, &bytes, &limits).map_err(|e| e.to_string())?;
-    let folder = folder(&state::folder(state_dir));
-    let overlay = read(&folder, &table.name)?.unwrap_or_default();
+    let overlay = read(folder, &table.name)?.unwrap_or_default();
     let (values, _) = applicable(&overlay, table.params.as_ref());
     let (bom, body) = match bytes.strip_prefix(b"\xEF\xBB\xBF") {
         Some(rest) => ("\u{feff}", rest),
@@ -239,8 +236,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let table = dir.path().join(name);
         std::fs::write(&table, text).unwrap();
-        let state_dir = dir.path().join("state");
-        (dir, table, state_dir)
+        let overlays = dir.path().join("overlays");
+        (dir, table, overlays)
     }
 
     fn rate(t: &Table) -> serde_json::Value {
@@ -250,33 +247,32 @@ mod tests {
     #[test]
     fn promoted_values_apply_until_the_file_changes_them() {
         for (name, text) in [("t.json", JEV), ("t.yaml", YAML)] {
-            let (_dir, path, state_dir) = setup(name, text);
-            let folder = state::folder(&state_dir);
+            let (_dir, path, folder) = setup(name, text);
             let table = Table::load(&path, &Default::default()).unwrap();
             promote(&folder, &table, &json!({"rate": 0.06}).as_object().unwrap().clone()).unwrap();
-            let served = apply(Table::load(&path, &Default::default()).unwrap(), &super::folder(&folder));
+            let served = apply(Table::load(&path, &Default::default()).unwrap(), &folder);
             assert_eq!(rate(&served), json!(0.06));
             // decisions see the promoted value
             let d = served.decide(br#"{"x": 0.055}"#, false).unwrap();
             assert_eq!(d.rule, None, "0.055 is not above 0.06");
             // promoting again keeps what the file says
             promote(&folder, &served, &json!({"rate": 0.07}).as_object().unwrap().clone()).unwrap();
-            let o = read(&super::folder(&folder), "t").unwrap().unwrap();
+            let o = read(&folder, "t").unwrap().unwrap();
             assert_eq!(o.params["rate"], Promoted { file: json!(0.05), value: json!(0.07) });
             // the export has the value in place, and the rest as written
-            let exported = export(&path, &state_dir).unwrap();
+            let exported = export(&path, &folder).unwrap();
             assert_eq!(exported, text.replacen("0.05", "0.07", 1), "{name}");
             // the file moves on: the file wins, the overlay entry goes
             std::fs::write(&path, text.replacen("0.05", "0.04", 1)).unwrap();
-            let served = apply(Table::load(&path, &Default::default()).unwrap(), &super::folder(&folder));
+            let served = apply(Table::load(&path, &Default::default()).unwrap(), &folder);
             assert_eq!(rate(&served), json!(0.04));
-            assert_eq!(read(&super::folder(&folder), "t").unwrap(), None);
+            assert_eq!(read(&folder, "t").unwrap(), None);
         }
     }
 
     #[test]
     fn a_table_without_an_overlay_exports_as_written() {
-        let (_dir, path, state_dir) = setup("t.json", JEV);
-        assert_eq!(export(&path, &state_dir).unwrap(), JEV);
+        let (_dir, path, folder) = setup("t.json", JEV);
+        assert_eq!(export(&path, &folder).unwrap(), JEV);
     }
 }
