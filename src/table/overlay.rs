@@ -137,7 +137,7 @@ pub fn promote(
     values: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), String> {
     let mut overlay =
-        read(&folder, &served.name)?.unwrap_or_else(|| Overlay { table: served.name.clone(), ..Overlay::default() });
+        read(folder, &served.name)?.unwrap_or_else(|| Overlay { table: served.name.clone(), ..Overlay::default() });
     for (name, value) in values {
         // the file's value: what an earlier promotion recorded, else what serves now (the file's)
         let file = match overlay.params.get(name) {
