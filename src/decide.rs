@@ -138,7 +138,7 @@ pub fn decide(table: &Table, body: &[u8], options: &Options<'_>, out: &mut Strin
         timestamp: SystemTime::now(),
         snapshot_id: None,
         recorded: true,
-        variant: None,
+        variant_json: None,
         instance: options.instance,
     };
     table.write_decision(&decision, &meta, out);
@@ -209,12 +209,11 @@ pub fn decide_staged<'t>(
             variant.filter(|(id, _)| *id != "baseline").map(|(id, params_json)| Variant { id, params_json });
         recorded = recorder.record_as(id, &event) == crate::snapshot::Status::Recorded;
     }
-    let id_text = snapshot.map(SnapshotId::text);
     let meta = ResponseMeta {
         timestamp,
-        snapshot_id: id_text.as_ref().map(|t| t.as_str()),
+        snapshot_id: snapshot,
         recorded,
-        variant: variant.map(|(id, _)| id),
+        variant_json: arm.map(|(_, live, choice)| live.arm_id_json(choice)),
         instance: options.instance,
     };
     table.write_decision(decision, &meta, out);

@@ -58,9 +58,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    // hidden, so that a folder watcher never takes it for a table; the process id keeps two
-    // processes writing one file apart
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    // hidden, so that a folder watcher never takes it for a table; one fixed name, so that
+    // what a crash in the middle of a write left behind is overwritten by the next write
+    let tmp = dir.join(format!(".{name}.tmp"));
     let written = (|| {
         let mut file = File::create(&tmp)?;
         file.write_all(bytes)?;

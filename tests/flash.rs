@@ -63,7 +63,7 @@ fn response(t: &Table, input: &str, explain: bool) -> Json {
         timestamp: std::time::SystemTime::now(),
         snapshot_id: None,
         recorded: true,
-        variant: None,
+        variant_json: None,
         instance: "local",
     };
     let mut out = String::new();

@@ -27,7 +27,7 @@ fn answer(table: &Table, input: &Json) -> Json {
         timestamp: SystemTime::UNIX_EPOCH,
         snapshot_id: None,
         recorded: true,
-        variant: None,
+        variant_json: None,
         instance: "t",
     };
     table.write_decision(&d, &meta, &mut out);

@@ -291,11 +291,11 @@ pub struct ResponseMeta<'a> {
     /// when the decision was made
     pub timestamp: SystemTime,
     /// the snapshot id, when snapshots are on
-    pub snapshot_id: Option<&'a str>,
+    pub snapshot_id: Option<crate::snapshot::SnapshotId>,
     /// whether the snapshot was written (`"recorded": false` follows the id otherwise)
     pub recorded: bool,
-    /// the tuning arm that decided (`baseline`, `v1`, …), for a tuned table
-    pub variant: Option<&'a str>,
+    /// the tuning arm that decided, as a JSON string (`"baseline"`, `"v1"`, …), for a tuned table
+    pub variant_json: Option<&'a str>,
     /// who decided
     pub instance: &'a str,
 }
@@ -496,15 +496,16 @@ impl Table {
         out.push_str(&self.version);
         out.push('"');
         if let Some(id) = meta.snapshot_id {
-            out.push_str(",\"snapshot_id\":");
-            write_json_string(id, out);
+            out.push_str(",\"snapshot_id\":\"");
+            id.write_text(out); // hex digits and hyphens: nothing to escape
+            out.push('"');
             if !meta.recorded {
                 out.push_str(",\"recorded\":false");
             }
         }
-        if let Some(variant) = meta.variant {
+        if let Some(variant) = meta.variant_json {
             out.push_str(",\"variant\":");
-            write_json_string(variant, out);
+            out.push_str(variant);
         }
         out.push_str(",\"instance\":");
         write_json_string(meta.instance, out);

@@ -84,6 +84,8 @@ pub struct Live {
     variants: Vec<Arc<Table>>,
     /// every arm's id and parameter values (as JSON), baseline first
     arms: Vec<(String, Box<str>)>,
+    /// every arm's id as a JSON string, for the response
+    arm_ids_json: Vec<Box<str>>,
     generation: u32,
     slot: usize,
     choices: ChoiceTable,
@@ -505,6 +507,7 @@ impl Tuner {
             .iter()
             .map(|a| (a.id.clone(), serde_json::to_string(&a.params).unwrap_or_default().into_boxed_str()))
             .collect();
+        let arm_ids_json = kept.iter().map(|a| crate::expr::json::quote(&a.id).into_boxed_str()).collect();
         let generation = state.generation;
         {
             let mut ledger = self.ledger.lock();
@@ -516,6 +519,7 @@ impl Tuner {
             baseline: table.clone(),
             variants: built,
             arms: arms_json,
+            arm_ids_json,
             generation,
             slot,
             choices,
@@ -532,6 +536,7 @@ impl Tuner {
             baseline: live.baseline.clone(),
             variants: live.variants.clone(),
             arms: live.arms.clone(),
+            arm_ids_json: live.arm_ids_json.clone(),
             generation: live.generation,
             slot,
             choices,
@@ -705,6 +710,11 @@ impl Live {
     /// The arm's id (`baseline`, `v1`, …) and its parameter values as JSON.
     pub fn arm(&self, choice: Choice) -> (&str, &str) {
         self.arms.get(choice.arm).map_or(("baseline", "{}"), |(id, p)| (id.as_str(), &**p))
+    }
+
+    /// The arm's id as a JSON string (`"v1"`).
+    pub fn arm_id_json(&self, choice: Choice) -> &str {
+        self.arm_ids_json.get(choice.arm).map_or("\"baseline\"", |id| &**id)
     }
 }
 

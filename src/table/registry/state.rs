@@ -7,7 +7,7 @@
 //! state_dir/pins/VERSION-FILE      the source of each pinned version, byte for byte
 //! ```
 //!
-//! Every file is written atomically: to `NAME.tmp`, flushed to the disk (fsync), renamed over
+//! Every file is written atomically: to `.NAME.tmp`, flushed to the disk (fsync), renamed over
 //! `NAME`, then the folder is synced. A crash at any moment leaves the old file or the new one,
 //! never half of one (a leftover `.tmp` is ignored and overwritten by the next write). A pin's
 //! source is written before the state that names it and removed after the state that no longer
@@ -228,12 +228,12 @@ mod tests {
         state.switches.entry("t".into()).or_default().insert("a".into());
         store.save(&state).unwrap();
         // a crash in the middle of the next write leaves a half temporary file
-        std::fs::write(dir.path().join("registry.json.tmp"), b"{\"swi").unwrap();
+        std::fs::write(dir.path().join(".registry.json.tmp"), b"{\"swi").unwrap();
         assert_eq!(store.load().unwrap().switches, state.switches);
         state.switches.clear();
         store.save(&state).unwrap();
         assert!(store.load().unwrap().switches.is_empty());
-        assert!(!dir.path().join("registry.json.tmp").exists());
+        assert!(!dir.path().join(".registry.json.tmp").exists());
     }
 
     #[test]
