@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::diagnostic::{quote, Diagnostic};
 use crate::snapshot::SnapshotsConfig;
 use crate::suggest::did_you_mean;
+use crate::tuning::TuningConfig;
 use crate::yaml::{self, DeErrorKind};
 
 /// Where `clef serve` looks for its configuration when no `-c` is given, in this order.
@@ -62,8 +63,9 @@ pub struct Config {
     /// decision snapshots (SPEC §8.1)
     #[serde(deserialize_with = "section")]
     pub snapshots: SnapshotsConfig,
-    /// online tuning (SPEC §9): accepted, not implemented by this version yet
-    pub tuning: Option<serde_json::Value>,
+    /// online tuning of table parameters (SPEC §9)
+    #[serde(deserialize_with = "section")]
+    pub tuning: TuningConfig,
 }
 
 /// `server:` — the decision listener and its limits.
@@ -283,16 +285,6 @@ impl Config {
             self.server.cors = cors;
         }
     }
-
-    /// Warnings about keys this version accepts but does not act on yet.
-    pub fn warnings(&self) -> Vec<String> {
-        let later = [("tuning", self.tuning.is_some())];
-        later
-            .iter()
-            .filter(|(_, given)| *given)
-            .map(|(key, _)| format!("`{key}` is not implemented by this version yet; ignored"))
-            .collect()
-    }
 }
 
 /// Values from the command line, applied after the file and the environment.
@@ -325,7 +317,7 @@ pub struct Loaded {
     pub admin_token: Option<String>,
     /// `state_dir`, else `$STATE_DIRECTORY`, else `<base_dir>/state`
     pub state_dir: PathBuf,
-    /// keys accepted but ignored by this version, and the like
+    /// settings that work but are risky (a limit lowered to fit this machine, an open admin listener)
     pub warnings: Vec<String>,
 }
 
@@ -368,8 +360,7 @@ pub fn load_with_env(
 
 /// Every problem of a config file, for `clef check`: syntax, unknown keys (with "did you mean"),
 /// wrong types, Windows paths, values that cannot work on this machine (the same checks as
-/// `clef serve`), a `tables_dir` that cannot be read. Problems are errors; risky settings and keys
-/// this version accepts but ignores (`tuning:` …) come as
+/// `clef serve`), a `tables_dir` that cannot be read. Problems are errors; risky settings come as
 /// [`Severity::Warning`](crate::diagnostic::Severity::Warning) diagnostics. Token files need not
 /// exist yet. No errors means the file is valid.
 pub fn check_file(path: &Path) -> Vec<Diagnostic> {
@@ -934,6 +925,9 @@ fn review(l: &mut Layered, machine: &Machine) -> (Vec<Diagnostic>, Vec<Diagnosti
         keys.extend(key.split('.'));
         errors.push(l.at_value(&keys, format!("`snapshots.{key}`: {message}")));
     }
+    for (key, message) in l.config.tuning.problems() {
+        errors.push(l.at_value(&["tuning", key], format!("`tuning.{key}`: {message}")));
+    }
     for (served, candidate) in &l.config.model.shadow {
         if served == candidate {
             errors.push(l.at_value(
@@ -971,15 +965,6 @@ fn review(l: &mut Layered, machine: &Machine) -> (Vec<Diagnostic>, Vec<Diagnosti
         }
     }
 
-    for w in l.config.warnings() {
-        let key = w.split('`').nth(1).unwrap_or("");
-        let keys: Vec<&str> = key.split('.').collect();
-        let d = match l.places.key(&keys) {
-            Some(at) => Diagnostic::at_offset(&l.shown, &l.text, at.start, at.len(), w),
-            None => Diagnostic::whole_file(&l.shown, w),
-        };
-        warnings.push(d.warning());
-    }
     // in the order of the file; those naming a variable after
     errors.sort_by_key(|d| (d.path != l.shown, d.line, d.column));
     (errors, warnings)

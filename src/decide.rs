@@ -14,10 +14,11 @@ use crate::expr::json::write_value;
 use crate::expr::value::Value;
 use crate::input::InputError;
 use crate::metrics::{worker_slot, ShadowCount, SLOTS};
-use crate::snapshot::{Event, Recorder, Shadow, SnapshotId};
+use crate::snapshot::{Event, Recorder, Shadow, SnapshotId, Variant};
 use crate::suggest::did_you_mean;
 use crate::table::registry::{Slot, Tables};
 use crate::table::{Decision, ResponseMeta, Table};
+use crate::tuning::Tuner;
 
 /// Why a request got no decision.
 #[derive(Debug, Clone, PartialEq)]
@@ -133,8 +134,13 @@ impl Default for Options<'_> {
 /// and appends the response body (SPEC §6) to `out`; returns the decision.
 pub fn decide(table: &Table, body: &[u8], options: &Options<'_>, out: &mut String) -> Result<Decision, InputError> {
     let decision = table.decide(body, options.explain)?;
-    let meta =
-        ResponseMeta { timestamp: SystemTime::now(), snapshot_id: None, recorded: true, instance: options.instance };
+    let meta = ResponseMeta {
+        timestamp: SystemTime::now(),
+        snapshot_id: None,
+        recorded: true,
+        variant_json: None,
+        instance: options.instance,
+    };
     table.write_decision(&decision, &meta, out);
     Ok(decision)
 }
@@ -167,9 +173,16 @@ pub fn decide_staged<'t>(
     out: &mut String,
 ) -> Decided<'t> {
     let (slot, table) = stages.canary_for(tables, &table.name, body).unwrap_or((slot, table));
+    // tuning: a share of the table's decisions is made by a variant of it (SPEC §9)
+    let tuned = stages.tuner.as_ref().and_then(|t| Some((t, t.live(&table.name)?)));
+    let arm = tuned.as_ref().and_then(|(tuner, guard)| {
+        let live = guard.as_ref().filter(|l| Arc::ptr_eq(&l.baseline, table))?;
+        Some((*tuner, live, tuner.choose(live)))
+    });
+    let decider: &Table = arm.map_or(&**table, |(_, live, choice)| live.table(choice));
     let timestamp = SystemTime::now();
     let started = Instant::now();
-    let mut result = table.decide(body, options.explain);
+    let mut result = decider.decide(body, options.explain);
     let latency_ns = started.elapsed().as_nanos() as u64;
     if let (Ok(decision), Some(reason)) = (&mut result, options.degraded) {
         decision.degraded = Some(reason);
@@ -178,24 +191,29 @@ pub fn decide_staged<'t>(
         return Decided { slot, table, result, latency_ns, snapshot: None };
     };
     let shadow = stages.shadow_for(tables, table, decision, body);
-    let mut snapshot = None;
-    let mut recorded = true;
-    if let Some(recorder) = &stages.recorder {
+    // a tuned decision always gets an id, which says which arm decided (for /feedback)
+    let snapshot = (stages.recorder.is_some() || arm.is_some()).then(|| {
+        let id = crate::snapshot::next_id_at(timestamp);
+        arm.map_or(id, |(tuner, live, choice)| tuner.tag(live, choice, id))
+    });
+    let variant = arm.map(|(_, live, choice)| live.arm(choice));
+    let mut recorded = stages.recorder.is_some() || snapshot.is_none();
+    if let (Some(recorder), Some(id)) = (&stages.recorder, snapshot) {
         let mut event = Event::new(table, decision, body);
         event.instance = options.instance;
         event.timestamp = timestamp;
         event.latency_ns = latency_ns;
         event.traceparent = options.traceparent;
         event.shadow = shadow.as_ref().map(|(t, d, agrees)| Shadow { table: t, decision: d, agrees: *agrees });
-        let outcome = recorder.record(&event);
-        snapshot = Some(outcome.id);
-        recorded = outcome.recorded();
+        event.variant =
+            variant.filter(|(id, _)| *id != "baseline").map(|(id, params_json)| Variant { id, params_json });
+        recorded = recorder.record_as(id, &event) == crate::snapshot::Status::Recorded;
     }
-    let id_text = snapshot.map(SnapshotId::text);
     let meta = ResponseMeta {
         timestamp,
-        snapshot_id: id_text.as_ref().map(|t| t.as_str()),
+        snapshot_id: snapshot,
         recorded,
+        variant_json: arm.map(|(_, live, choice)| live.arm_id_json(choice)),
         instance: options.instance,
     };
     table.write_decision(decision, &meta, out);
@@ -209,6 +227,8 @@ pub fn decide_staged<'t>(
 pub struct Stages {
     /// records a snapshot of every decision, when snapshots are on
     pub recorder: Option<Recorder>,
+    /// tunes the parameters of `tuning.tables`, when tuning is on
+    pub tuner: Option<Tuner>,
     shadows: Vec<ShadowPair>,
     canaries: Vec<CanaryRoute>,
 }
@@ -235,7 +255,7 @@ struct CanaryRoute {
 
 impl Stages {
     /// The stages `config.yaml` asks for; `recorder` is the started snapshot recorder, if on.
-    pub fn new(model: &crate::config::Model, recorder: Option<Recorder>) -> Stages {
+    pub fn new(model: &crate::config::Model, recorder: Option<Recorder>, tuner: Option<Tuner>) -> Stages {
         let shadows = model
             .shadow
             .iter()
@@ -255,7 +275,7 @@ impl Stages {
                 key: c.key.as_ref().map(|k| k.split('.').map(str::to_string).collect()),
             })
             .collect();
-        Stages { recorder, shadows, canaries }
+        Stages { recorder, tuner, shadows, canaries }
     }
 
     /// The candidate that answers this input instead of `served`, when `served` has a canary

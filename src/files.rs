@@ -1,9 +1,10 @@
 //! Reading the files a user names (config, tokens, tables): regular files only, and only up
 //! to a size, so that a path pointing at a FIFO, a device or a huge log fails at once with a
-//! clear reason instead of blocking or exhausting memory.
+//! clear reason instead of blocking or exhausting memory. And writing the files clef keeps
+//! (state, compiled tables) atomically, so that no crash and no reader ever sees half of one.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::path::Path;
 
 /// Opens `path` for reading if it is a regular file (through symbolic links). The type is checked
@@ -48,4 +49,36 @@ pub fn read_limited(path: &Path, max: u64) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(bytes)
+}
+
+/// Writes `bytes` to `path` so that a crash, or a reader at any moment, sees either the old file
+/// or the new one: a hidden temporary file beside it (created with the folder if needed),
+/// synced, renamed over it, and the folder synced so that the rename itself reaches the disk.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    // hidden, so that a folder watcher never takes it for a table; one fixed name, so that
+    // what a crash in the middle of a write left behind is overwritten by the next write
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let written = (|| {
+        let mut file = File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    })();
+    if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    File::open(dir)?.sync_all()
+}
+
+/// Reads a JSON file clef wrote (at most `max` bytes): `Ok(None)` when there is none, the
+/// reason (naming the file) when it cannot be read or parsed.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path, max: u64) -> Result<Option<T>, String> {
+    match read_limited(path, max) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
 }

@@ -21,4 +21,5 @@ pub mod server;
 pub mod snapshot;
 pub mod suggest;
 pub mod table;
+pub mod tuning;
 pub mod yaml;

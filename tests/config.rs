@@ -190,17 +190,16 @@ fn check_reports_every_problem() {
 }
 
 #[test]
-fn check_says_when_tables_dir_does_not_exist_and_warns_about_later_features() {
+fn check_says_when_tables_dir_does_not_exist_and_that_a_tuning_key_is_unknown() {
     let (dir, path) = write(b"model:\n  tables_dir: ./nowhere\ntuning:\n  region: eu\n");
     let d = check_file(&path);
     assert_eq!(d.len(), 2, "{d:?}");
     assert_eq!((d[0].line, d[0].column, d[0].severity), (2, 15, Severity::Error));
     assert!(d[0].message.contains("does not exist"));
-    assert_eq!((d[1].line, d[1].severity), (3, Severity::Warning));
+    assert_eq!((d[1].line, d[1].column, d[1].severity), (4, 3, Severity::Error), "{d:?}");
+    assert!(d[1].message.contains("region"), "{}", d[1].message);
     std::fs::create_dir(dir.path().join("nowhere")).unwrap();
-    assert!(check_file(&path).iter().all(|d| d.severity == Severity::Warning));
-    let loaded = load_ok(&path);
-    assert_eq!(loaded.warnings, vec!["`tuning` is not implemented by this version yet; ignored".to_string()]);
+    assert_eq!(check_file(&path).len(), 1);
 }
 
 #[test]

@@ -266,23 +266,6 @@ fn yaml_value(text: &str) -> Result<Json, String> {
     doc.root.map_or(Ok(Json::Null), |root| root.to_json().map_err(|e| e.1))
 }
 
-/// A YAML document that sets the dotted `key` to `value`.
-fn yaml_setting(key: &str, value: &str) -> String {
-    let parts: Vec<&str> = key.split('.').collect();
-    let mut out = String::new();
-    for (depth, p) in parts.iter().enumerate() {
-        out.push_str(&"  ".repeat(depth));
-        out.push_str(p);
-        out.push(':');
-        if depth + 1 == parts.len() {
-            out.push(' ');
-            out.push_str(value);
-        }
-        out.push('\n');
-    }
-    out
-}
-
 #[test]
 fn config_keys_and_defaults_are_documented() {
     use clef::config::{Config, TOP_KEYS};
@@ -326,24 +309,10 @@ fn config_keys_and_defaults_are_documented() {
     }
 
     for (key, value) in &code {
-        let (doc_default, meaning) = &documented[key];
+        let (doc_default, _) = &documented[key];
         let parsed = yaml_value(doc_default)
             .unwrap_or_else(|e| panic!("{doc}: the default of `{key}`, `{doc_default}`, is not YAML: {e}"));
         assert_eq!(&parsed, value, "{doc}: the default of `{key}` is `{doc_default}`, but the code's is {value}");
-
-        // A key that accepts any value and only warns is accepted but not implemented.
-        let later = value.is_null()
-            && clef::config::parse_text("config.yaml", &yaml_setting(key, "{probe: 1}"))
-                .map(|c| c.warnings().iter().any(|w| w.contains(&format!("`{key}`"))))
-                .unwrap_or(false);
-        let says = meaning.contains("not implemented");
-        assert_eq!(
-            later,
-            says,
-            "{doc}: `{key}` is {} by the code, so its meaning must {}say \"not implemented\"",
-            if later { "accepted but not implemented" } else { "implemented" },
-            if later { "" } else { "not " }
-        );
     }
 }
 
@@ -681,10 +650,15 @@ fn error_codes_in_source() -> BTreeSet<(u16, String)> {
 /// The codes and statuses of errors that carry both (`fn code` and `fn status` of one type),
 /// paired by the variant names their match arms share.
 fn codes_with_statuses(sources: &[(PathBuf, String)]) -> BTreeSet<(u16, String)> {
-    let body = |text: &str, signature: &str| -> Option<String> {
-        let start = text.find(signature)? + signature.len();
-        let end = start + text[start..].find("\n    }\n")?;
-        Some(text[start..end].to_string())
+    // every body of `signature` in `text`, in order (a file may hold several error types)
+    let bodies = |text: &str, signature: &str| -> Vec<String> {
+        text.match_indices(signature)
+            .filter_map(|(at, _)| {
+                let start = at + signature.len();
+                let end = start + text[start..].find("\n    }\n")?;
+                Some(text[start..end].to_string())
+            })
+            .collect()
     };
     let code_arm = regex::Regex::new(r#"(\w+)::(\w+)\s*(?:\{[^}]*\}|\([^)]*\))?\s*=>\s*"([a-z_]+)""#).expect("regex");
     let status_arm =
@@ -692,22 +666,21 @@ fn codes_with_statuses(sources: &[(PathBuf, String)]) -> BTreeSet<(u16, String)>
     let variant = regex::Regex::new(r#"\w+::(\w+)"#).expect("regex");
     let mut out = BTreeSet::new();
     for (path, text) in sources {
-        let (Some(codes), Some(statuses)) =
-            (body(text, "fn code(&self) -> &'static str {"), body(text, "fn status(&self) -> u16 {"))
-        else {
-            continue;
-        };
-        let mut status_of = std::collections::BTreeMap::new();
-        for arm in status_arm.captures_iter(&statuses) {
-            for v in variant.captures_iter(&arm[1]) {
-                status_of.insert(v[1].to_string(), arm[2].parse::<u16>().expect("a status"));
+        let pairs =
+            bodies(text, "fn code(&self) -> &'static str {").into_iter().zip(bodies(text, "fn status(&self) -> u16 {"));
+        for (codes, statuses) in pairs {
+            let mut status_of = std::collections::BTreeMap::new();
+            for arm in status_arm.captures_iter(&statuses) {
+                for v in variant.captures_iter(&arm[1]) {
+                    status_of.insert(v[1].to_string(), arm[2].parse::<u16>().expect("a status"));
+                }
             }
-        }
-        for arm in code_arm.captures_iter(&codes) {
-            let status = status_of
-                .get(&arm[2])
-                .unwrap_or_else(|| panic!("{}: `fn status` has no arm for {}", path.display(), &arm[2]));
-            out.insert((*status, arm[3].to_string()));
+            for arm in code_arm.captures_iter(&codes) {
+                let status = status_of
+                    .get(&arm[2])
+                    .unwrap_or_else(|| panic!("{}: `fn status` has no arm for {}", path.display(), &arm[2]));
+                out.insert((*status, arm[3].to_string()));
+            }
         }
     }
     assert!(!out.is_empty(), "rsp.error(e.status(), e.code(), …) is used but no `fn code`/`fn status` pair was found");
@@ -932,6 +905,10 @@ const T_V1: &str = r#"{"description": "docs test", "params": {"p": {"value": 1}}
     {"id": "off", "condition": "true", "action": {"a": 4}, "enabled": false}
   ]}"#;
 
+/// A tuned table: its decisions name their variant.
+const TUNED: &str = r#"{"params": {"limit": {"value": 5, "step": 1, "tunable": true}},
+  "rules": [{"id": "under", "condition": "n < params.limit", "action": {"a": 1}}]}"#;
+
 /// A flash table with a categorical and a numeric dimension (both kinds of bucket).
 const FLASH: &str = r#"{"description": "docs test", "default": 2,
   "dimensions": [{"name": "device", "values": ["desktop", "mobile"]},
@@ -950,13 +927,15 @@ impl Server {
             ("u.json", r#"[{"id": "r", "condition": "true", "action": {}}]"#),
             ("gone.json", r#"[{"id": "r", "condition": "true", "action": {}}]"#),
             ("broken.json", r#"[{"id": "r", "condition": "nope(", "action": {}}]"#),
+            ("tu.json", TUNED),
         ] {
             std::fs::write(dir.path().join("tables").join(name), text).expect("write a table");
         }
         let config = format!(
             "server: {{host: 127.0.0.1, port: {main}}}\nadmin: {{listen: \"127.0.0.1:{admin}\"}}\n\
              model: {{default_table: t, watch_file: false}}\n\
-             snapshots: {{enabled: true, dir: snaps, sample_rate: 0}}\n"
+             snapshots: {{enabled: true, dir: snaps, sample_rate: 0}}\n\
+             tuning: {{tables: [tu], traffic: 1.0}}\n"
         );
         std::fs::write(dir.path().join("config.yaml"), config).expect("write the config");
         let log = std::fs::File::create(dir.path().join("log")).expect("log file");
@@ -1073,6 +1052,16 @@ fn endpoints_and_response_fields_are_documented() {
     let flash = server.json(false, "POST", "/decide/f?explain=true", r#"{"device": "mobile", "m": {"rate": 0.5}}"#);
     assert_eq!(flash["rule_id"], "device=mobile,level=high", "{flash}");
     record("POST", "/decide/{table}?explain=true", flash);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let tuned = loop {
+        let d = server.json(false, "POST", "/decide/tu?explain=true", r#"{"n": 1}"#);
+        if d.get("variant").is_some() {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "the tuned table's decisions never named a variant: {d}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    record("POST", "/decide/{table}?explain=true", tuned);
     record("GET", "/health", server.json(false, "GET", "/health", ""));
     record("GET", "/tables", server.json(false, "GET", "/tables", ""));
     for name in ["t", "f", "broken"] {

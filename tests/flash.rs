@@ -63,6 +63,7 @@ fn response(t: &Table, input: &str, explain: bool) -> Json {
         timestamp: std::time::SystemTime::now(),
         snapshot_id: None,
         recorded: true,
+        variant_json: None,
         instance: "local",
     };
     let mut out = String::new();
@@ -429,8 +430,12 @@ fn diagnostics_point_into_the_file() {
 // a .cfb beside its source
 
 fn registry(dir: &Path) -> (Registry, Vec<(String, Outcome)>) {
-    let (registry, loaded) =
-        Registry::open(Sources { tables_dir: dir.to_path_buf(), extra: None, limits: Limits::default() });
+    let (registry, loaded) = Registry::open(Sources {
+        tables_dir: dir.to_path_buf(),
+        extra: None,
+        limits: Limits::default(),
+        overlays: None,
+    });
     (registry, loaded.outcomes)
 }
 

@@ -23,7 +23,13 @@ fn loaded(text: &str) -> Table {
 fn answer(table: &Table, input: &Json) -> Json {
     let d = table.decide(input.to_string().as_bytes(), false).expect("a decision");
     let mut out = String::new();
-    let meta = ResponseMeta { timestamp: SystemTime::UNIX_EPOCH, snapshot_id: None, recorded: true, instance: "t" };
+    let meta = ResponseMeta {
+        timestamp: SystemTime::UNIX_EPOCH,
+        snapshot_id: None,
+        recorded: true,
+        variant_json: None,
+        instance: "t",
+    };
     table.write_decision(&d, &meta, &mut out);
     serde_json::from_str(&out).expect("the body is JSON")
 }

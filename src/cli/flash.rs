@@ -33,7 +33,7 @@ pub fn compile(source_path: &Path, output: Option<&Path>) -> i32 {
         return 1;
     }
     let compiled = cfb::write(&table);
-    if let Err(e) = write_atomically(&out, &compiled) {
+    if let Err(e) = crate::files::write_atomically(&out, &compiled) {
         eprintln!("error: cannot write {}: {e}", out.display());
         return 1;
     }
@@ -58,17 +58,6 @@ fn same_file(a: &Path, b: &Path) -> bool {
         (Ok(x), Ok(y)) => x == y,
         _ => a == b,
     }
-}
-
-/// Writes `bytes` to a hidden file beside `path` and renames it over `path`: a server watching
-/// the folder sees the old file or the new one, never half of one.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out.cfb");
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }
 
 /// Prints what a `.cfb` holds; exit 1 when it cannot be read.

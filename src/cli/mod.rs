@@ -7,6 +7,7 @@ mod flash;
 mod replay;
 mod serve;
 pub mod tests;
+mod tune;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -109,8 +110,29 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 3)]
         examples: usize,
     },
+    /// Work with tuning's promoted parameter values.
+    Tune {
+        #[command(subcommand)]
+        command: TuneCommand,
+    },
     /// Print the version.
     Version,
+}
+
+#[derive(Debug, Subcommand)]
+enum TuneCommand {
+    /// Print the table file with the parameter values tuning promoted, to commit.
+    Export {
+        /// the table file
+        table: PathBuf,
+        /// the config file whose state_dir holds the promoted values (default: ./config.yaml,
+        /// then /etc/clef/config.yaml)
+        #[arg(short = 'c', long = "config")]
+        config: Option<PathBuf>,
+        /// the state folder itself, instead of the config's state_dir
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -154,6 +176,9 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
             let options =
                 crate::snapshot::replay::Options { table, against, any_table, sla_us, cost_budget_us, examples };
             replay::run(&snapshots, &options, json)
+        }
+        Command::Tune { command: TuneCommand::Export { table, config, state_dir } } => {
+            tune::export(&table, config.as_deref(), state_dir.as_deref())
         }
         Command::Version => {
             println!("clef {}", env!("CARGO_PKG_VERSION"));

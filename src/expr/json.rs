@@ -75,23 +75,22 @@ pub fn write_json_float(f: f64, out: &mut String) {
 
 /// Writes `s` as a JSON string literal with the escapes JSON requires.
 pub fn write_json_string(s: &str, out: &mut String) {
+    out.reserve(s.len() + 2);
     out.push('"');
     let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let esc: &str = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0..=0x1f => "",
-            _ => continue,
-        };
+    // most strings (ids, names, actions) need no escape: one scan, one copy
+    while let Some(at) = s.as_bytes()[start..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20) {
+        let i = start + at;
         out.push_str(&s[start..i]);
-        if esc.is_empty() {
-            let _ = write!(out, "\\u{:04x}", b);
-        } else {
-            out.push_str(esc);
+        match s.as_bytes()[i] {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            b => {
+                let _ = write!(out, "\\u{:04x}", b);
+            }
         }
         start = i + 1;
     }

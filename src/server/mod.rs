@@ -11,6 +11,7 @@ pub mod notify;
 mod router_admin;
 pub mod routes;
 pub mod socket;
+mod tuning_routes;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -127,6 +128,15 @@ impl App {
         reloaded
     }
 
+    /// Serves table `name` again with its promoted parameter values (after a tuning
+    /// promotion), logged and counted as a reload.
+    pub fn reapply(&self, name: &str) {
+        match self.registry.reapply(name) {
+            Ok(r) => self.reloaded("tuning promotion", &r.outcomes),
+            Err(e) => log::error!("table {name}: serving its promoted values: {e}"),
+        }
+    }
+
     /// Logs what a load or reload did to each table, then one summary line, and counts it in
     /// the metrics. Unchanged tables are quiet unless they recovered, so that a SIGHUP on a box
     /// with many tables says what changed, not what did not.
@@ -213,7 +223,13 @@ pub fn run(loaded: Loaded) -> i32 {
         regex_size_limit: cfg.limits.max_regex_bytes,
         max_input_depth: cfg.limits.max_input_depth,
     };
-    let sources = Sources { tables_dir: loaded.tables_dir.clone(), extra: loaded.decision_table_path.clone(), limits };
+    let sources = Sources {
+        tables_dir: loaded.tables_dir.clone(),
+        extra: loaded.decision_table_path.clone(),
+        limits,
+        // promoted values serve whether or not tuning is still on: they are the table's values now
+        overlays: Some(crate::tuning::Tuner::overlay_folder(&loaded.state_dir)),
+    };
     let started = Instant::now();
     // Taken before loading, so that an edit made while the tables load is noticed.
     let watched = (sources.fingerprint(), file_stamp(&loaded.path));
@@ -224,6 +240,20 @@ pub fn run(loaded: Loaded) -> i32 {
                 log::error!(
                     "cannot record snapshots in {} (snapshots.dir): {e}; fix the folder or set snapshots.enabled: false",
                     cfg.snapshots.dir.display()
+                );
+                return 1;
+            }
+        }
+    } else {
+        None
+    };
+    let tuner = if cfg.tuning.active() {
+        match crate::tuning::Tuner::new(&cfg.tuning, &loaded.state_dir) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                log::error!(
+                    "cannot keep tuning state in {} (state_dir): {e}; fix the folder or set tuning.enabled: false",
+                    loaded.state_dir.display()
                 );
                 return 1;
             }
@@ -243,7 +273,7 @@ pub fn run(loaded: Loaded) -> i32 {
         cors_origins: cfg.server.cors.origins.clone(),
         started,
         stats: ServerStats::new(),
-        stages: Stages::new(&cfg.model, recorder),
+        stages: Stages::new(&cfg.model, recorder, tuner),
         router: cfg.router.enabled().then(|| crate::router::Router::new(&cfg.router)),
         draining: AtomicBool::new(false),
         inflight: (0..SLOTS).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
@@ -312,6 +342,9 @@ pub fn run(loaded: Loaded) -> i32 {
     }
     notify::ready(&format!("serving on {main_addr}"));
     spawn_sampler(app.clone(), workers);
+    if app.stages.tuner.is_some() {
+        spawn_tuning(app.clone());
+    }
     if cfg.model.watch_file {
         spawn_watcher(app.clone(), loaded.path.clone(), watched);
     }
@@ -420,6 +453,9 @@ fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
                     // every snapshot of an answered decision reaches the disk before the exit
                     recorder.shutdown();
                 }
+                if let Some(tuner) = &app.stages.tuner {
+                    tuner.save();
+                }
                 log::info!("stopped");
                 return 0;
             }
@@ -503,6 +539,28 @@ fn spawn_sampler(app: Arc<App>, workers: usize) {
             }
         })
         .ok();
+}
+
+/// The tuning thread: builds the arms of tuned tables as the registry serves new versions of
+/// them, redraws choices after feedback, saves the rewards, and loads a table again after an
+/// automatic promotion (see `crate::tuning`).
+fn spawn_tuning(app: Arc<App>) {
+    let spawned = std::thread::Builder::new().name("clef-tuning".into()).spawn(move || {
+        let Some(tuner) = &app.stages.tuner else { return };
+        let mut rng = crate::tuning::thread_rng();
+        while !app.is_draining() {
+            let tables = app.registry.snapshot();
+            let promoted = tuner.tick(|name| tables.get(name).and_then(|s| s.current.clone()), &mut rng);
+            drop(tables);
+            for name in promoted {
+                app.reapply(&name);
+            }
+            std::thread::sleep(crate::tuning::TICK);
+        }
+    });
+    if let Err(e) = spawned {
+        log::error!("cannot start the tuning thread: {e}; tables are not tuned");
+    }
 }
 
 fn file_stamp(path: &std::path::Path) -> Option<SystemTime> {

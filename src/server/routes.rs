@@ -48,6 +48,12 @@ enum Route<'p> {
     Failover,
     /// end a table's hand-set failover (admin)
     FailoverClear(Cow<'p, str>),
+    /// the outcome of a tuned decision
+    Feedback,
+    /// a tuned table's arms and rewards
+    Tuning(Cow<'p, str>),
+    /// store a tuned table's winning values (admin)
+    Promote(Cow<'p, str>),
     NotFound,
 }
 
@@ -96,6 +102,9 @@ fn route(path: &str) -> Route<'_> {
         [Some("router"), None, None] => Route::RouterStatus,
         [Some("router"), Some("failover"), None] => Route::Failover,
         [Some("router"), Some("failover"), Some(name)] => named(name, Route::FailoverClear),
+        [Some("feedback"), None, None] => Route::Feedback,
+        [Some("tuning"), Some(name), None] => named(name, Route::Tuning),
+        [Some("tuning"), Some(name), Some("promote")] => named(name, Route::Promote),
         _ => Route::NotFound,
     }
 }
@@ -149,6 +158,7 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
             | Route::RouterStatus
             | Route::Failover
             | Route::FailoverClear(_)
+            | Route::Promote(_)
     );
     if is_admin_route && !admin {
         // Admin endpoints exist only on the admin listener.
@@ -166,7 +176,8 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         }
         Route::Reload | Route::Rollback(_) | Route::Failover => ("POST", req.method == "POST"),
         Route::RuleEnabled(..) => ("PUT", req.method == "PUT"),
-        Route::RouterStatus => ("GET", req.method == "GET" || req.method == "HEAD"),
+        Route::RouterStatus | Route::Tuning(_) => ("GET", req.method == "GET" || req.method == "HEAD"),
+        Route::Feedback | Route::Promote(_) => ("POST", req.method == "POST"),
         Route::FailoverClear(_) => ("DELETE", req.method == "DELETE"),
         // a proxy asks with the method of the request it authorizes, whatever it is
         Route::Authz(..) => ("any", true),
@@ -187,7 +198,10 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
     }
     // Decisions and table listings (conditions, thresholds) need the decision token on the
     // main listener; the admin listener has its own token, checked above.
-    let needs_server_token = matches!(r, Route::Decide(_) | Route::Batch(_) | Route::Tables | Route::Table(_));
+    let needs_server_token = matches!(
+        r,
+        Route::Decide(_) | Route::Batch(_) | Route::Tables | Route::Table(_) | Route::Feedback | Route::Tuning(_)
+    );
     if !admin && needs_server_token && !authorized(app.server_token.as_deref(), req) {
         rsp.headers.push(("WWW-Authenticate", "Bearer".into()));
         rsp.error(401, "unauthorized", "this endpoint needs Authorization: Bearer <token> (server.token_file)");
@@ -232,6 +246,15 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         Route::RouterStatus => super::router_admin::status(app, rsp),
         Route::Failover => super::router_admin::failover(app, req.body, rsp),
         Route::FailoverClear(name) => super::router_admin::clear_failover(app, &name, rsp),
+        Route::Feedback => {
+            if admin {
+                rsp.error(404, "not_found", "feedback is taken on the main listener");
+                return;
+            }
+            super::tuning_routes::feedback(app, req.body, rsp)
+        }
+        Route::Tuning(name) => super::tuning_routes::report(app, &name, rsp),
+        Route::Promote(name) => super::tuning_routes::promote(app, &name, req.body, rsp),
         Route::NotFound => {}
     }
 }

@@ -50,43 +50,30 @@ impl SnapshotId {
     }
 
     /// The canonical text: 36 lower-case characters, `0193b3c4-…`.
+    #[inline]
     pub fn text(self) -> IdText {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = [0u8; 36];
-        let mut o = 0;
-        for i in 0..32 {
-            if matches!(i, 8 | 12 | 16 | 20) {
-                out[o] = b'-';
-                o += 1;
-            }
-            out[o] = HEX[((self.0 >> (124 - 4 * i)) & 0xf) as usize];
-            o += 1;
-        }
+        uuid::Uuid::from_u128(self.0).hyphenated().encode_lower(&mut out);
         IdText(out)
+    }
+
+    /// Appends [`SnapshotId::text`] to `out` (without the validation a `&str` of the
+    /// [`IdText`] would cost).
+    #[inline]
+    pub fn write_text(self, out: &mut String) {
+        let mut buf = [0u8; 36];
+        out.push_str(uuid::Uuid::from_u128(self.0).hyphenated().encode_lower(&mut buf));
     }
 
     /// Reads an id written as 36 characters with hyphens (`0193b3c4-5d6e-7f80-9a1b-2c3d4e5f6a7b`)
     /// or as 32 hex digits, in either case. Any UUID is accepted (not only version 7): an id that
     /// was never recorded is simply not found.
     pub fn parse(s: &str) -> Option<SnapshotId> {
-        let b = s.as_bytes();
-        let hyphens = match b.len() {
-            36 => true,
-            32 => false,
-            _ => return None,
-        };
-        let mut v: u128 = 0;
-        for (i, &c) in b.iter().enumerate() {
-            if hyphens && matches!(i, 8 | 13 | 18 | 23) {
-                if c != b'-' {
-                    return None;
-                }
-                continue;
-            }
-            let d = (c as char).to_digit(16)?;
-            v = (v << 4) | d as u128;
+        // uuid also reads `{…}` and `urn:uuid:…`; an id is only ever written in the two forms
+        if !matches!(s.len(), 32 | 36) {
+            return None;
         }
-        Some(SnapshotId(v))
+        uuid::Uuid::try_parse(s).ok().map(|u| SnapshotId(u.as_u128()))
     }
 }
 

@@ -35,7 +35,7 @@ pub mod segment;
 pub mod writer;
 
 pub use config::{Compress, KeepClass, KeepDays, SnapshotsConfig};
-pub use id::{next_id, next_id_at, SnapshotId};
+pub use id::{next_id, next_id_at, IdText, SnapshotId};
 pub use reader::{ReadStats, SnapshotReader};
 pub use record::{Event, RawRecord, Redact, Shadow, Variant};
 pub use writer::{RecordOutcome, Recorder, Settings, Stats, Status};

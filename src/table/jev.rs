@@ -258,6 +258,14 @@ impl<'s> Loader<'s> {
                     self.at_key(v, k, format!("unknown key \"{k}\" in parameter \"{name}\"{hint}"));
                 }
             }
+            let tunable = serde_json::from_str::<serde_json::Value>(decl.get())
+                .map_err(|e| e.to_string())
+                .and_then(|d| super::params::Tunable::read(&name, &d));
+            if let Err(problem) = tunable {
+                self.at(decl, problem);
+                env.broken_params.insert(name);
+                continue;
+            }
             match fields.get("value").map(|v| serde_json::from_str::<serde_json::Value>(v.get())) {
                 Some(Ok(v)) => {
                     env.params.insert(name, Const::from_json(&v));

@@ -4,13 +4,15 @@
 pub mod flash;
 pub mod index;
 pub mod jev;
+pub mod overlay;
+pub mod params;
 pub mod registry;
 pub mod rules;
 pub mod ruleset;
 pub mod spec;
 pub mod template;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +22,7 @@ use sha2::{Digest, Sha256};
 
 use crate::diagnostic::Diagnostic;
 use crate::expr::json::write_json_string;
-use crate::expr::value::Value;
+use crate::expr::value::{Const, Value};
 use crate::input::{self, InputError};
 pub use rules::{Decision, Problem, Rule, RuleEngine, RuleWarning, SwitchedOff, TraceEntry};
 
@@ -289,9 +291,11 @@ pub struct ResponseMeta<'a> {
     /// when the decision was made
     pub timestamp: SystemTime,
     /// the snapshot id, when snapshots are on
-    pub snapshot_id: Option<&'a str>,
+    pub snapshot_id: Option<crate::snapshot::SnapshotId>,
     /// whether the snapshot was written (`"recorded": false` follows the id otherwise)
     pub recorded: bool,
+    /// the tuning arm that decided, as a JSON string (`"baseline"`, `"v1"`, …), for a tuned table
+    pub variant_json: Option<&'a str>,
     /// who decided
     pub instance: &'a str,
 }
@@ -386,6 +390,44 @@ impl Table {
         })
     }
 
+    /// The same table with other values for some of its parameters (`overrides`: declared
+    /// name → new value), compiled as the file's values are: a tuning variant, or promoted
+    /// values. Its `params` show the new values; name, version and path stay the file's.
+    pub fn with_params(&self, overrides: &BTreeMap<String, serde_json::Value>) -> Result<Table, String> {
+        let Engine::Rules(rules) = &*self.engine else {
+            return Err(format!("table \"{}\" is a {} table: it has no parameters", self.name, self.kind.name()));
+        };
+        let consts = overrides.iter().map(|(k, v)| (k.clone(), Const::from_json(v))).collect();
+        let started = Instant::now();
+        let engine = Arc::new(Engine::Rules(rules.with_params(&consts)?));
+        let mut params = self.params.clone();
+        if let Some(serde_json::Value::Object(decls)) = params.as_mut() {
+            for (name, value) in overrides {
+                if let Some(serde_json::Value::Object(decl)) = decls.get_mut(name) {
+                    decl.insert("value".into(), value.clone());
+                }
+            }
+        }
+        Ok(Table {
+            name: self.name.clone(),
+            version: self.version.clone(),
+            kind: self.kind,
+            path: self.path.clone(),
+            description: self.description.clone(),
+            declared_name: self.declared_name.clone(),
+            tests: self.tests.clone(),
+            params,
+            engine,
+            loaded_at: SystemTime::now(),
+            compile_time: started.elapsed(),
+            limits: self.limits.clone(),
+            name_json: self.name_json.clone(),
+            // a variant has the same rules in the same order: the switches apply to it as they are
+            switched_off: self.switched_off.clone(),
+            packed_source: self.packed_source.clone(),
+        })
+    }
+
     /// Decides one JSON body: parsed once, checked against the table's schema
     /// (when it has one), then evaluated with the rules enabled on this copy.
     pub fn decide(&self, body: &[u8], explain: bool) -> Result<Decision, InputError> {
@@ -454,11 +496,16 @@ impl Table {
         out.push_str(&self.version);
         out.push('"');
         if let Some(id) = meta.snapshot_id {
-            out.push_str(",\"snapshot_id\":");
-            write_json_string(id, out);
+            out.push_str(",\"snapshot_id\":\"");
+            id.write_text(out); // hex digits and hyphens: nothing to escape
+            out.push('"');
             if !meta.recorded {
                 out.push_str(",\"recorded\":false");
             }
+        }
+        if let Some(variant) = meta.variant_json {
+            out.push_str(",\"variant\":");
+            out.push_str(variant);
         }
         out.push_str(",\"instance\":");
         write_json_string(meta.instance, out);

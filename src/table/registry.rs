@@ -169,6 +169,9 @@ pub struct Sources {
     pub extra: Option<PathBuf>,
     /// load-time caps
     pub limits: Limits,
+    /// where promoted parameter values are kept (see [`super::overlay`]): applied to every
+    /// table loaded; `None`: the files' values serve
+    pub overlays: Option<PathBuf>,
 }
 
 /// The served tables, and the handle to the thread that changes them.
@@ -303,6 +306,13 @@ impl Registry {
     pub fn set_enabled(&self, name: &str, rule: &str, enabled: bool) -> Result<Switched, SwitchError> {
         let (table, rule) = (name.to_string(), rule.to_string());
         self.ask(|reply| Request::SetEnabled { table, rule, enabled, reply }).map_err(SwitchError::Writer)?
+    }
+
+    /// Builds table `name` again from its file with the promoted values now kept for it (after
+    /// a promotion: the file has not changed, its values have), and serves it.
+    pub fn reapply(&self, name: &str) -> Result<Reloaded, WriterError> {
+        let table = name.to_string();
+        self.ask(|reply| Request::Reapply { table, reply })
     }
 
     /// Sends a request to the writer and waits for its answer (parking the coroutine or thread).

@@ -233,6 +233,17 @@ pub struct RuleEngine {
     schema: SchemaCheck,
     /// what decisions read of a body, for the scan (`None`: always the full parse)
     plan: Option<ReadPlan>,
+    /// what the engine was built with besides its rules and params, to build it again with
+    /// other parameter values ([`RuleEngine::with_params`])
+    rebuild: Rebuild,
+}
+
+/// The parts of [`EngineParts`] an engine keeps to be built again.
+#[derive(Debug)]
+struct Rebuild {
+    schema: Option<Schema>,
+    regex_size_limit: usize,
+    templates: bool,
 }
 
 impl RuleEngine {
@@ -241,6 +252,7 @@ impl RuleEngine {
     /// and the error.
     pub fn new(mut rules: Vec<Rule>, parts: EngineParts<'_>) -> Result<RuleEngine, (usize, BuildError)> {
         let EngineParts { default_action, params, schema, regex_size_limit, templates } = parts;
+        let schema_spec = schema.cloned();
         let asts: Vec<&Expr> = rules.iter().map(|r| &r.ast).collect();
         let mut program =
             compile_program(&asts, &params, regex_size_limit).map_err(|(i, e)| (i, BuildError::Condition(e)))?;
@@ -261,6 +273,7 @@ impl RuleEngine {
             }
         }
         let default_json = default_action.as_ref().map(|a| a.to_string()).unwrap_or_else(|| "null".into());
+        let rebuild = Rebuild { schema: schema_spec, regex_size_limit, templates };
         Ok(RuleEngine {
             rules,
             program,
@@ -271,6 +284,50 @@ impl RuleEngine {
             default_action,
             default_json: default_json.into(),
             schema,
+            rebuild,
+        })
+    }
+
+    /// The same rules compiled with other values for some parameters (a tuning variant, a
+    /// promoted value): `overrides` maps declared parameter names to their new values. The
+    /// values are folded into the conditions as the declared ones were, so the result is as
+    /// fast. An undeclared name, or a value a condition cannot be compiled with, is an error.
+    pub fn with_params(&self, overrides: &FxHashMap<String, Const>) -> Result<RuleEngine, String> {
+        let mut params = self.params.clone();
+        for (name, value) in overrides {
+            match params.get_mut(name) {
+                Some(v) => *v = value.clone(),
+                None => return Err(format!("the table declares no parameter \"{name}\"")),
+            }
+        }
+        let rules = self
+            .rules
+            .iter()
+            .map(|r| {
+                Rule::new(
+                    r.id.clone(),
+                    r.description.clone(),
+                    r.enabled,
+                    r.condition.clone(),
+                    r.ast.clone(),
+                    r.action.clone(),
+                    r.fallback.clone(),
+                )
+            })
+            .collect();
+        let parts = EngineParts {
+            default_action: self.default_action.clone(),
+            params,
+            schema: self.rebuild.schema.as_ref(),
+            regex_size_limit: self.rebuild.regex_size_limit,
+            templates: self.rebuild.templates,
+        };
+        RuleEngine::new(rules, parts).map_err(|(i, e)| {
+            let what = match e {
+                BuildError::Condition(e) => e.message,
+                BuildError::Action(m) | BuildError::Fallback(m) => m,
+            };
+            format!("rule \"{}\": {what}", self.rules.get(i).map_or("?", |r| r.id.as_str()))
         })
     }
 

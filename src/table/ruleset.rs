@@ -322,6 +322,11 @@ impl<'s> Reader<'s> {
                     self.at(&pk.span, format!("unknown key \"{}\" in parameter \"{name}\"{hint}", quote(key)));
                 }
             }
+            if let Some(Err(problem)) = decl.to_json().ok().map(|d| super::params::Tunable::read(&name, &d)) {
+                self.at(&decl.span, problem);
+                env.broken_params.insert(name);
+                continue;
+            }
             match decl.get("value").map(|v| self.json(v)) {
                 Some(Some(v)) => {
                     env.params.insert(name, Const::from_json(&v));

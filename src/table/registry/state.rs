@@ -7,7 +7,7 @@
 //! state_dir/pins/VERSION-FILE      the source of each pinned version, byte for byte
 //! ```
 //!
-//! Every file is written atomically: to `NAME.tmp`, flushed to the disk (fsync), renamed over
+//! Every file is written atomically: to `.NAME.tmp`, flushed to the disk (fsync), renamed over
 //! `NAME`, then the folder is synced. A crash at any moment leaves the old file or the new one,
 //! never half of one (a leftover `.tmp` is ignored and overwritten by the next write). A pin's
 //! source is written before the state that names it and removed after the state that no longer
@@ -20,7 +20,7 @@
 //! say.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -120,7 +120,7 @@ impl Store {
         let mut text =
             serde_json::to_vec_pretty(&State { format: FORMAT, ..state.clone() }).map_err(io::Error::other)?;
         text.push(b'\n');
-        write_atomically(&self.state_path(), &text)?;
+        crate::files::write_atomically(&self.state_path(), &text)?;
         self.remove_unused_sources(state);
         Ok(())
     }
@@ -129,7 +129,7 @@ impl Store {
     pub fn write_pin_source(&self, version: &str, path: &Path, bytes: &[u8]) -> io::Result<String> {
         let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("table");
         let name = format!("{version}-{file}");
-        write_atomically(&self.dir.join(PINS_DIR).join(&name), bytes)?;
+        crate::files::write_atomically(&self.dir.join(PINS_DIR).join(&name), bytes)?;
         Ok(name)
     }
 
@@ -163,28 +163,6 @@ impl Store {
             }
         }
     }
-}
-
-/// Writes `bytes` to `path` so that a crash leaves either the old file or the new one: a
-/// temporary file beside it, synced, renamed over it, and the folder synced (creating the
-/// folder first if needed).
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
-    let written = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()
-    })();
-    if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    // the rename itself reaches the disk with the folder
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// The SHA-256 of `bytes`, in hex.
@@ -250,12 +228,12 @@ mod tests {
         state.switches.entry("t".into()).or_default().insert("a".into());
         store.save(&state).unwrap();
         // a crash in the middle of the next write leaves a half temporary file
-        std::fs::write(dir.path().join("registry.json.tmp"), b"{\"swi").unwrap();
+        std::fs::write(dir.path().join(".registry.json.tmp"), b"{\"swi").unwrap();
         assert_eq!(store.load().unwrap().switches, state.switches);
         state.switches.clear();
         store.save(&state).unwrap();
         assert!(store.load().unwrap().switches.is_empty());
-        assert!(!dir.path().join("registry.json.tmp").exists());
+        assert!(!dir.path().join(".registry.json.tmp").exists());
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub(super) enum Request {
     Rollback { table: String, reply: Reply<Result<RolledBack, RollbackError>> },
     /// set a kill switch
     SetEnabled { table: String, rule: String, enabled: bool, reply: Reply<Result<Switched, SwitchError>> },
+    /// build a table again with its promoted parameter values (a tuning promotion)
+    Reapply { table: String, reply: Reply<Reloaded> },
 }
 
 /// Starts the writer thread; it runs until every sender is dropped.
@@ -101,6 +103,9 @@ impl Writer {
             Request::SetEnabled { table, rule, enabled, reply } => {
                 let _ = reply.send(self.set_enabled(&table, &rule, enabled));
             }
+            Request::Reapply { table, reply } => {
+                let _ = reply.send(self.reload_forcing(Some(&table)));
+            }
         }
     }
 
@@ -151,6 +156,12 @@ impl Writer {
     // reload
 
     fn reload(&mut self) -> Reloaded {
+        self.reload_forcing(None)
+    }
+
+    /// Re-reads every table file; `forced` is built again even if its file is unchanged (its
+    /// promoted values changed).
+    fn reload_forcing(&mut self, forced: Option<&str>) -> Reloaded {
         let old = self.published.load_full();
         let before = self.state.clone();
         let (files, problems) = self.sources.discover();
@@ -160,7 +171,8 @@ impl Writer {
         let mut report = Reloaded::default();
         let mut next = Tables::default();
         for (name, paths) in &files {
-            let (mut slot, outcome) = self.load_slot(name, paths, old.slots.get(name), &mut report);
+            let force = forced == Some(name.as_str());
+            let (mut slot, outcome) = self.load_slot(name, paths, old.slots.get(name), force, &mut report);
             if matches!(outcome, Outcome::Failed { .. }) {
                 slot.load_failures += 1;
             }
@@ -190,6 +202,7 @@ impl Writer {
         name: &str,
         paths: &[PathBuf],
         prior: Option<&Slot>,
+        force: bool,
         report: &mut Reloaded,
     ) -> (Slot, Outcome) {
         let mut slot = prior.cloned().unwrap_or_else(|| Slot::new(paths));
@@ -210,7 +223,7 @@ impl Writer {
         slot.file_sha256 = Some(digest.clone());
         if let Some(pin) = self.state.pins.get(name).cloned() {
             if pin.file_sha256 == digest {
-                match self.pinned_table(&pin, slot.current.as_ref()) {
+                match self.pinned_table(&pin, slot.current.as_ref().filter(|_| !force)) {
                     Ok(table) => {
                         if !slot.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &table)) {
                             log::info!(
@@ -240,7 +253,7 @@ impl Writer {
             report.unpinned.push((name.to_string(), pin.version));
             slot.pin = None;
         }
-        if let Some(current) = &slot.current {
+        if let Some(current) = slot.current.as_ref().filter(|_| !force) {
             if current.version == version && current.path == path {
                 slot.error = None;
                 return (slot, Outcome::Unchanged { version, recovered: had_error });
@@ -249,6 +262,7 @@ impl Writer {
         match Table::from_bytes(&path, &bytes, &self.sources.limits) {
             Ok(mut table) => {
                 table.packed_source = pack(&bytes);
+                let table = self.promoted(table);
                 if let Some(old) = slot.current.take() {
                     slot.previous.push(old);
                     if slot.previous.len() > KEPT_VERSIONS {
@@ -277,7 +291,15 @@ impl Writer {
         let bytes = store.read_pin_source(pin)?;
         let mut table = Table::from_bytes(&pin.path, &bytes, &self.sources.limits).map_err(|e| e.summary())?;
         table.packed_source = pack(&bytes);
-        Ok(Arc::new(table))
+        Ok(Arc::new(self.promoted(table)))
+    }
+
+    /// `table` with the parameter values promoted for it, if any still apply.
+    fn promoted(&self, table: Table) -> Table {
+        match &self.sources.overlays {
+            Some(folder) => crate::table::overlay::apply(table, folder),
+            None => table,
+        }
     }
 
     // -----------------------------------------------------------------------------------------

@@ -1,0 +1,102 @@
+//! What tuning costs a decision (SPEC §9: at most 5% more): the server's decision pipeline
+//! (`decide_staged`, the response rendered) for a tuned table against the same table untuned,
+//! in one run. With tuning, every decision of the table draws for the traffic share, gets a
+//! tagged `snapshot_id` and names its variant (5% of them are made by a variant); without, none
+//! of that happens. Each pair runs twice: snapshots off (an untuned decision then gets no id at
+//! all, so tuning pays for making and rendering one) and snapshots on but sampled out (every
+//! decision gets an id either way; nothing is written, so the writer's cost stays out). Tables: the example rule set `search_rewrite` (a tunable threshold) and a
+//! 200-rule Jev table whose last rule reads a tunable parameter.
+//!
+//! Run: `cargo bench --bench tuning`.
+
+use std::hint::black_box;
+use std::path::Path;
+
+use clef::config::Model;
+use clef::decide::{self as pipeline, Options, Stages};
+use clef::snapshot::{Recorder, Settings, SnapshotsConfig};
+use clef::table::registry::{Registry, Sources};
+use clef::table::Limits;
+use clef::tuning::{Tuner, TuningConfig};
+use criterion::{criterion_group, criterion_main, Criterion};
+
+/// 200 rules, every one on the input's fields; the last reads the tunable `params.limit`.
+fn jev_table() -> String {
+    let mut rules: Vec<serde_json::Value> = (0..199)
+        .map(|i| {
+            serde_json::json!({"id": format!("r{i}"),
+                "condition": format!("tier == \"t{}\" && amount > {}", i % 20, 1000 + i), "action": {"n": i}})
+        })
+        .collect();
+    rules.push(serde_json::json!({"id": "last", "condition": "amount < params.limit", "action": {"allow": true}}));
+    serde_json::json!({"params": {"limit": {"value": 50, "min": 0, "max": 100, "step": 5, "tunable": true}},
+        "rules": rules})
+    .to_string()
+}
+
+fn bench(c: &mut Criterion) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tables = dir.path().join("tables");
+    std::fs::create_dir(&tables).expect("tables/");
+    std::fs::copy(root.join("tables/search_rewrite.yaml"), tables.join("search_rewrite.yaml")).expect("copy");
+    std::fs::write(tables.join("pay.json"), jev_table()).expect("write pay.json");
+    let sources = Sources { tables_dir: tables, extra: None, limits: Limits::default(), overlays: None };
+    let (registry, _) = Registry::open(sources);
+    let config = TuningConfig { tables: vec!["search_rewrite".into(), "pay".into()], ..TuningConfig::default() };
+    let snapshot = registry.snapshot();
+    let tuner = |state: &str| {
+        let tuner = Tuner::new(&config, &dir.path().join(state)).expect("tuner");
+        tuner.tick(|name| snapshot.get(name).and_then(|s| s.current.clone()), &mut clef::tuning::thread_rng());
+        Some(tuner)
+    };
+    let recorder = || {
+        let cfg = SnapshotsConfig {
+            enabled: true,
+            dir: dir.path().join("snapshots"),
+            sample_rate: 0.0,
+            ..SnapshotsConfig::default()
+        };
+        Some(Recorder::start_with(&cfg, Settings::default()).expect("recorder"))
+    };
+    let tuned_ids = Stages::new(&Model::default(), recorder(), tuner("state-a"));
+    let plain_ids = Stages::new(&Model::default(), recorder(), None);
+    let tuned = Stages::new(&Model::default(), None, tuner("state-b"));
+    let plain = Stages::new(&Model::default(), None, None);
+    let inputs = [
+        ("search_rewrite", std::fs::read(root.join("tables/samples/search_rewrite.mobile_high_errors.json")).unwrap()),
+        ("pay", br#"{"tier": "t3", "amount": 20}"#.to_vec()),
+    ];
+    let options = Options::default();
+    let mut group = c.benchmark_group("tuning");
+    for (name, input) in &inputs {
+        let resolved = pipeline::resolve(&snapshot, Some(name), None).expect("the table");
+        let mut out = String::new();
+        let d = pipeline::decide_staged(&tuned, &snapshot, resolved, input, &options, &mut out);
+        assert!(d.result.is_ok() && out.contains("\"variant\""), "{name} is tuned: {out}");
+        let pairs = [("off", &plain), ("on", &tuned), ("snapshots/off", &plain_ids), ("snapshots/on", &tuned_ids)];
+        for (label, stages) in pairs {
+            group.bench_function(format!("{name}/{label}"), |b| {
+                b.iter(|| {
+                    out.clear();
+                    black_box(pipeline::decide_staged(
+                        stages,
+                        &snapshot,
+                        resolved,
+                        black_box(input),
+                        &options,
+                        &mut out,
+                    ));
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(50).measurement_time(std::time::Duration::from_secs(4));
+    targets = bench
+}
+criterion_main!(benches);

@@ -1,0 +1,278 @@
+//! Promoted parameter values: an overlay on the table file, kept in `state_dir`.
+//!
+//! A promotion never rewrites the table file (it may be read-only, and the next deploy would
+//! overwrite it). It writes `state_dir/tuning/overlays/NAME.json`:
+//!
+//! ```json
+//! {"table": "search_rewrite", "params": {"error_rate_high": {"file": 0.05, "value": 0.06}}}
+//! ```
+//!
+//! Whenever the table loads, each promoted value replaces the file's value **while the file
+//! still says what it said at the promotion** (`file`). Once the file's own value of that
+//! parameter changes — the promoted value was committed (`clef tune export`), or someone set
+//! another — the file wins and the entry is dropped. Editing anything else in the file keeps
+//! the promoted values.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Table, TableKind};
+
+/// The largest overlay file read back.
+const MAX_OVERLAY_BYTES: u64 = 1 << 20;
+
+/// One table's promoted values.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Overlay {
+    /// the table
+    pub table: String,
+    /// parameter → its value in the file when promoted, and the promoted value
+    pub params: BTreeMap<String, Promoted>,
+}
+
+/// A promoted value, and the file's value it replaces.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Promoted {
+    /// what the table file said when the value was promoted
+    pub file: serde_json::Value,
+    /// the promoted value
+    pub value: serde_json::Value,
+}
+
+fn path_of(folder: &Path, table: &str) -> PathBuf {
+    folder.join(format!("{table}.json"))
+}
+
+/// The overlay of `table` in `folder`, if there is one (an unreadable one is an error).
+pub fn read(folder: &Path, table: &str) -> Result<Option<Overlay>, String> {
+    crate::files::read_json(&path_of(folder, table), MAX_OVERLAY_BYTES)
+}
+
+/// The declared value of parameter `name` in `params` (a table's `params` as written).
+fn declared(params: Option<&serde_json::Value>, name: &str) -> Option<serde_json::Value> {
+    params?.get(name)?.get("value").cloned()
+}
+
+/// Two JSON values that are the same value (`1` and `1.0` are).
+fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    a == b || matches!((a.as_f64(), b.as_f64()), (Some(x), Some(y)) if x == y)
+}
+
+/// The values of `overlay` that still apply to a table whose file declares `file_params`, and
+/// the entries that no longer do (the file's value changed), by name.
+fn applicable(
+    overlay: &Overlay,
+    file_params: Option<&serde_json::Value>,
+) -> (BTreeMap<String, serde_json::Value>, Vec<String>) {
+    let mut apply = BTreeMap::new();
+    let mut stale = Vec::new();
+    for (name, p) in &overlay.params {
+        match declared(file_params, name) {
+            Some(now) if same(&now, &p.file) => {
+                apply.insert(name.clone(), p.value.clone());
+            }
+            _ => stale.push(name.clone()),
+        }
+    }
+    (apply, stale)
+}
+
+/// `table` (as loaded from its file) with its promoted values, if `folder` has an overlay for it
+/// that still applies; entries the file has moved past are dropped from the overlay (logged).
+pub fn apply(table: Table, folder: &Path) -> Table {
+    let overlay = match read(folder, &table.name) {
+        Ok(Some(o)) => o,
+        Ok(None) => return table,
+        Err(e) => {
+            log::error!("table \"{}\": cannot read its promoted values ({e}); serving the file's values", table.name);
+            return table;
+        }
+    };
+    let (values, stale) = applicable(&overlay, table.params.as_ref());
+    if !stale.is_empty() {
+        log::info!(
+            "table \"{}\": the file changed the value of {}: the promoted value no longer applies",
+            table.name,
+            stale.join(", ")
+        );
+        let mut kept = overlay.clone();
+        kept.params.retain(|name, _| !stale.contains(name));
+        let path = path_of(folder, &table.name);
+        let written = if kept.params.is_empty() {
+            std::fs::remove_file(&path)
+                .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
+        } else {
+            serde_json::to_vec_pretty(&kept)
+                .map_err(std::io::Error::other)
+                .and_then(|b| crate::files::write_atomically(&path, &b))
+        };
+        if let Err(e) = written {
+            log::error!("table \"{}\": cannot update {}: {e}", table.name, path.display());
+        }
+    }
+    if values.is_empty() {
+        return table;
+    }
+    match table.with_params(&values) {
+        Ok(promoted) => promoted,
+        Err(e) => {
+            log::error!(
+                "table \"{}\": its promoted values do not compile ({e}); serving the file's values",
+                table.name
+            );
+            table
+        }
+    }
+}
+
+/// Stores `values` in `folder` as promoted values of `served` (the table as it serves now, maybe
+/// already with promoted values), keeping what the file says for each.
+pub fn promote(
+    folder: &Path,
+    served: &Table,
+    values: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), String> {
+    let mut overlay =
+        read(folder, &served.name)?.unwrap_or_else(|| Overlay { table: served.name.clone(), ..Overlay::default() });
+    for (name, value) in values {
+        // the file's value: what an earlier promotion recorded, else what serves now (the file's)
+        let file = match overlay.params.get(name) {
+            Some(p) => p.file.clone(),
+            None => declared(served.params.as_ref(), name)
+                .ok_or_else(|| format!("the table declares no parameter \"{name}\""))?,
+        };
+        if same(&file, value) {
+            overlay.params.remove(name);
+        } else {
+            overlay.params.insert(name.clone(), Promoted { file, value: value.clone() });
+        }
+    }
+    let path = path_of(folder, &served.name);
+    let bytes = serde_json::to_vec_pretty(&overlay).map_err(|e| e.to_string())?;
+    crate::files::write_atomically(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The text of the table file at `path` with the promoted values of `folder` written in place
+/// of the file's values (everything else as it is, comments included): what `clef tune export`
+/// prints. The result is loaded again to check it.
+pub fn export(path: &Path, folder: &Path) -> Result<String, String> {
+    let shown = path.display().to_string();
+    let bytes = crate::table::read_table_file(path).map_err(|e| format!("{shown}: cannot read the file: {e}"))?;
+    let limits = crate::table::Limits::default();
+    let table = Table::from_bytes(path, &bytes, &limits).map_err(|e| e.to_string())?;
+    let overlay = read(folder, &table.name)?.unwrap_or_default();
+    let (values, _) = applicable(&overlay, table.params.as_ref());
+    let (bom, body) = match bytes.strip_prefix(b"\xEF\xBB\xBF") {
+        Some(rest) => ("\u{feff}", rest),
+        None => ("", &bytes[..]),
+    };
+    let text = std::str::from_utf8(body).map_err(|e| format!("{shown}: {e}"))?;
+    let mut spans = Vec::new();
+    for (name, value) in &values {
+        let span = match table.kind {
+            TableKind::Jev => json_value_span(text, name),
+            TableKind::RuleSet => yaml_value_span(text, name),
+            TableKind::Flash | TableKind::FlashCompiled => None,
+        }
+        .ok_or_else(|| format!("{shown}: cannot find the value of parameter \"{name}\" in the file"))?;
+        spans.push((span, value.to_string()));
+    }
+    spans.sort_by_key(|(s, _)| std::cmp::Reverse(s.start));
+    let mut out = text.to_string();
+    for (span, value) in spans {
+        out.replace_range(span, &value);
+    }
+    let out = format!("{bom}{out}");
+    let check = Table::from_bytes(path, out.as_bytes(), &limits)
+        .map_err(|e| format!("the exported table does not load: {e}"))?;
+    for (name, value) in &values {
+        let now = declared(check.params.as_ref(), name);
+        if !now.as_ref().is_some_and(|v| same(v, value)) {
+            return Err(format!("the exported table does not hold the promoted value of \"{name}\""));
+        }
+    }
+    Ok(out)
+}
+
+/// Where `params.NAME.value` is written in a Jev table's text.
+fn json_value_span(text: &str, name: &str) -> Option<std::ops::Range<usize>> {
+    use serde_json::value::RawValue;
+    let root: BTreeMap<String, &RawValue> = serde_json::from_str(text).ok()?;
+    let params: BTreeMap<String, &RawValue> = serde_json::from_str(root.get("params")?.get()).ok()?;
+    let decl: BTreeMap<String, &RawValue> = serde_json::from_str(params.get(name)?.get()).ok()?;
+    let raw = decl.get("value")?.get();
+    let start = raw.as_ptr() as usize - text.as_ptr() as usize;
+    Some(start..start + raw.len())
+}
+
+/// Where `params.NAME.value` is written in a YAML rule set's text.
+fn yaml_value_span(text: &str, name: &str) -> Option<std::ops::Range<usize>> {
+    let options = crate::yaml::Options { max_depth: 64, depth_hint: "a rule set needs a few", what: "a rule set" };
+    let doc = crate::yaml::parse(text, &options).ok()?;
+    let node = doc.root?.get("params")?.get(name)?.get("value")?.clone();
+    node.scalar()?;
+    Some(node.span)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const JEV: &str = r#"{
+  "params": {"rate": {"value": 0.05, "min": 0, "max": 0.2, "step": 0.01, "tunable": true},
+             "n": {"value": 3}},
+  "rules": [{"id": "r", "condition": "x > params.rate", "action": {"a": 1}}]
+}
+"#;
+
+    const YAML: &str = "# the rule set\nparams:\n  rate: {value: 0.05, min: 0, max: 0.2, step: 0.01, tunable: true}   # tuned\nrules:\n  - id: r\n    when: x > params.rate\n    action: {a: 1}\n";
+
+    fn setup(name: &str, text: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let table = dir.path().join(name);
+        std::fs::write(&table, text).unwrap();
+        let overlays = dir.path().join("overlays");
+        (dir, table, overlays)
+    }
+
+    fn rate(t: &Table) -> serde_json::Value {
+        declared(t.params.as_ref(), "rate").unwrap()
+    }
+
+    #[test]
+    fn promoted_values_apply_until_the_file_changes_them() {
+        for (name, text) in [("t.json", JEV), ("t.yaml", YAML)] {
+            let (_dir, path, folder) = setup(name, text);
+            let table = Table::load(&path, &Default::default()).unwrap();
+            promote(&folder, &table, &json!({"rate": 0.06}).as_object().unwrap().clone()).unwrap();
+            let served = apply(Table::load(&path, &Default::default()).unwrap(), &folder);
+            assert_eq!(rate(&served), json!(0.06));
+            // decisions see the promoted value
+            let d = served.decide(br#"{"x": 0.055}"#, false).unwrap();
+            assert_eq!(d.rule, None, "0.055 is not above 0.06");
+            // promoting again keeps what the file says
+            promote(&folder, &served, &json!({"rate": 0.07}).as_object().unwrap().clone()).unwrap();
+            let o = read(&folder, "t").unwrap().unwrap();
+            assert_eq!(o.params["rate"], Promoted { file: json!(0.05), value: json!(0.07) });
+            // the export has the value in place, and the rest as written
+            let exported = export(&path, &folder).unwrap();
+            assert_eq!(exported, text.replacen("0.05", "0.07", 1), "{name}");
+            // the file moves on: the file wins, the overlay entry goes
+            std::fs::write(&path, text.replacen("0.05", "0.04", 1)).unwrap();
+            let served = apply(Table::load(&path, &Default::default()).unwrap(), &folder);
+            assert_eq!(rate(&served), json!(0.04));
+            assert_eq!(read(&folder, "t").unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn a_table_without_an_overlay_exports_as_written() {
+        let (_dir, path, folder) = setup("t.json", JEV);
+        assert_eq!(export(&path, &folder).unwrap(), JEV);
+    }
+}

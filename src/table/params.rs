@@ -1,0 +1,156 @@
+//! Table parameters that online tuning may move (SPEC §9).
+//!
+//! A parameter is a named constant (`{"value": 0.05}`); with `"tunable": true` it also says how
+//! far tuning may move it: `{"value": 0.05, "min": 0.0, "max": 0.2, "step": 0.01, "tunable": true}`.
+//! Both front ends (Jev JSON and YAML rule sets) read the declarations into JSON and check each
+//! with [`Tunable::read`], so the rules about them live here once.
+
+use std::collections::BTreeMap;
+
+/// A parameter tuning may move, within `[min, max]` by multiples of `step`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tunable {
+    /// the parameter's name (`params.NAME`)
+    pub name: String,
+    /// its value in the file (or the promoted value)
+    pub value: f64,
+    /// the lowest value tuning may try (`None`: no bound)
+    pub min: Option<f64>,
+    /// the highest value tuning may try (`None`: no bound)
+    pub max: Option<f64>,
+    /// how far one move goes
+    pub step: f64,
+    /// value, step and bounds are all integers: the moved values are integers too
+    pub integer: bool,
+}
+
+impl Tunable {
+    /// Reads the declaration of parameter `name`: `Ok(None)` when it is not tunable, the
+    /// tunable parameter when it is, or what is wrong with its `min`, `max`, `step` or
+    /// `tunable` (a message that names the parameter).
+    pub fn read(name: &str, decl: &serde_json::Value) -> Result<Option<Tunable>, String> {
+        let number = |key: &str| -> Result<Option<f64>, String> {
+            match decl.get(key) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(v) => match v.as_f64() {
+                    Some(n) if n.is_finite() => Ok(Some(n)),
+                    _ => Err(format!("parameter \"{name}\": \"{key}\" must be a number, not {v}")),
+                },
+            }
+        };
+        let (min, max, step) = (number("min")?, number("max")?, number("step")?);
+        let tunable = match decl.get("tunable") {
+            None | Some(serde_json::Value::Null) => false,
+            Some(serde_json::Value::Bool(b)) => *b,
+            Some(v) => return Err(format!("parameter \"{name}\": \"tunable\" must be true or false, not {v}")),
+        };
+        if let (Some(lo), Some(hi)) = (min, max) {
+            if lo > hi {
+                return Err(format!("parameter \"{name}\": \"min\" ({lo}) is above \"max\" ({hi})"));
+            }
+        }
+        if let Some(s) = step {
+            if s <= 0.0 {
+                return Err(format!("parameter \"{name}\": \"step\" must be above 0, not {s}"));
+            }
+        }
+        let value = decl.get("value");
+        if !tunable {
+            return Ok(None);
+        }
+        let Some(value_n) = value.and_then(serde_json::Value::as_f64).filter(|v| v.is_finite()) else {
+            return Err(format!(
+                "parameter \"{name}\" is tunable, so its \"value\" must be a number (tuning moves it by \"step\")"
+            ));
+        };
+        let Some(step) = step else {
+            return Err(format!(
+                "parameter \"{name}\" is tunable but has no \"step\": say how far one move goes, such as \"step\": 0.01"
+            ));
+        };
+        if min.is_some_and(|lo| value_n < lo) || max.is_some_and(|hi| value_n > hi) {
+            return Err(format!(
+                "parameter \"{name}\": \"value\" {value_n} is outside [min, max] = [{}, {}]",
+                min.map_or("-∞".into(), |v| v.to_string()),
+                max.map_or("∞".into(), |v| v.to_string())
+            ));
+        }
+        let whole = |v: Option<f64>| v.is_none_or(|x| x.fract() == 0.0);
+        let integer = value.is_some_and(|v| v.is_i64() || v.is_u64()) && whole(Some(step)) && whole(min) && whole(max);
+        Ok(Some(Tunable { name: name.to_string(), value: value_n, min, max, step, integer }))
+    }
+
+    /// The value `moves` steps away (negative: down), when it is within the bounds.
+    pub fn moved(&self, moves: i64) -> Option<f64> {
+        let v = self.value + moves as f64 * self.step;
+        // 0.05 + 0.01 is 0.060000000000000005 in floats: keep the digits a person wrote
+        let v = if self.integer { v.round() } else { (v * 1e12).round() / 1e12 };
+        let inside = self.min.is_none_or(|lo| v >= lo) && self.max.is_none_or(|hi| v <= hi);
+        inside.then_some(v)
+    }
+
+    /// `v` as the JSON value the conditions see: an integer for integer parameters.
+    pub fn json(&self, v: f64) -> serde_json::Value {
+        if self.integer && v.abs() < 9.0e15 {
+            serde_json::Value::from(v as i64)
+        } else {
+            serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
+        }
+    }
+}
+
+/// The tunable parameters among `declared` (a table's `params` as written), by name; those whose
+/// declaration is wrong are left out (loading the table reports them).
+pub fn tunables(declared: Option<&serde_json::Value>) -> Vec<Tunable> {
+    let Some(serde_json::Value::Object(decls)) = declared else { return Vec::new() };
+    let sorted: BTreeMap<&String, &serde_json::Value> = decls.iter().collect();
+    sorted.into_iter().filter_map(|(name, decl)| Tunable::read(name, decl).ok().flatten()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn declarations() {
+        assert_eq!(Tunable::read("p", &json!({"value": 5})), Ok(None));
+        let t = Tunable::read("p", &json!({"value": 0.05, "min": 0.0, "max": 0.2, "step": 0.01, "tunable": true}))
+            .unwrap()
+            .unwrap();
+        assert_eq!((t.value, t.min, t.max, t.step, t.integer), (0.05, Some(0.0), Some(0.2), 0.01, false));
+        assert_eq!(t.moved(1), Some(0.06));
+        assert_eq!(t.moved(-5), Some(0.0));
+        assert_eq!(t.moved(-6), None);
+        assert_eq!(t.moved(15), Some(0.2));
+        assert_eq!(t.moved(16), None);
+        let n = Tunable::read("n", &json!({"value": 10, "step": 2, "min": 0, "tunable": true})).unwrap().unwrap();
+        assert!(n.integer);
+        assert_eq!(n.json(n.moved(1).unwrap()), json!(12));
+        assert_eq!(n.moved(-6), None);
+    }
+
+    #[test]
+    fn declarations_that_cannot_work() {
+        let err = |d: serde_json::Value| Tunable::read("p", &d).unwrap_err();
+        assert!(err(json!({"value": "x", "step": 1, "tunable": true})).contains("must be a number"));
+        assert!(err(json!({"value": 1, "tunable": true})).contains("no \"step\""));
+        assert!(err(json!({"value": 1, "step": 0, "tunable": true})).contains("above 0"));
+        assert!(err(json!({"value": 1, "step": 1, "min": 2, "max": 1, "tunable": true})).contains("above \"max\""));
+        assert!(err(json!({"value": 5, "step": 1, "max": 1, "tunable": true})).contains("outside"));
+        assert!(err(json!({"value": 1, "step": 1, "tunable": "yes"})).contains("true or false"));
+        assert!(err(json!({"value": 1, "min": "low"})).contains("\"min\" must be a number"));
+    }
+
+    #[test]
+    fn tunables_are_read_in_name_order() {
+        let declared = json!({
+            "b": {"value": 1, "step": 1, "tunable": true},
+            "a": {"value": 0.5, "step": 0.1, "tunable": true},
+            "fixed": {"value": 3},
+            "broken": {"value": "x", "tunable": true}
+        });
+        let names: Vec<String> = tunables(Some(&declared)).into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+}

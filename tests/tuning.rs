@@ -1,0 +1,191 @@
+//! Tuning through the real server (SPEC §9): tuned decisions carry a `snapshot_id` and their
+//! variant, `POST /feedback` counts once and refuses what it cannot count, `GET /tuning/{table}`
+//! shows the arms, `POST /tuning/{table}/promote` stores an overlay the table serves with (also
+//! after a restart, never rewriting the file), and `clef tune export` prints a table `clef
+//! check` accepts.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use common::*;
+use nix::sys::signal::Signal;
+use serde_json::{json, Value as Json};
+
+/// `amount < params.limit` allows; the limit is tunable by steps of 10.
+const PAY: &str = r#"{"params": {"limit": {"value": 50, "min": 0, "max": 100, "step": 10, "tunable": true}},
+  "default": {"allow": false},
+  "rules": [{"id": "under", "condition": "amount < params.limit", "action": {"allow": true}}]}
+"#;
+
+/// The same as a YAML rule set, its threshold read as `{param: limit}`.
+const PAY_YAML: &str = "# payments\nparams:\n  limit: {value: 50, min: 0, max: 100, step: 10, tunable: true}\n\
+default: {allow: false}\nrules:\n  - id: under\n    conditions:\n      - {field: amount, operator: lt, value: {param: limit}}\n    action: {allow: true}\n";
+
+fn tuning_config(traffic: f64, extra: &str) -> String {
+    config(
+        "",
+        "",
+        &format!(
+            "model:\n  default_table: pay\n  watch_file: false\nstate_dir: state\ntuning:\n  tables: [pay, rules]\n  traffic: {traffic}\n  variants: 2\n  min_samples: 5\n{extra}"
+        ),
+    )
+}
+
+fn start(traffic: f64) -> Server {
+    Server::start(&tuning_config(traffic, ""), &[("pay.json", PAY), ("rules.yaml", PAY_YAML)])
+}
+
+/// Waits until the tuning thread has built the arms of `table`.
+fn wait_tuned(srv: &Server, table: &str) -> Json {
+    let mut report = Json::Null;
+    srv.eventually(5, "the arms to be built", |s| {
+        report = s.get(&format!("/tuning/{table}")).json();
+        report["status"] == "tuning"
+    });
+    report
+}
+
+fn feedback(srv: &Server, id: &str, reward: Json) -> Resp {
+    srv.post("/feedback", &json!({"snapshot_id": id, "reward": reward}).to_string())
+}
+
+#[test]
+fn tuned_decisions_carry_their_variant_and_feedback_counts_once() {
+    let srv = start(1.0);
+    let report = wait_tuned(&srv, "pay");
+    let variants: Vec<(String, i64)> = report["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["id"].as_str().unwrap().into(), v["params"]["limit"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(variants, [("v1".to_string(), 60), ("v2".to_string(), 40)]);
+    assert_eq!(report["baseline"]["params"], json!({"limit": 50}));
+
+    // traffic 1.0: every decision is a variant's, and it decides with the variant's limit
+    let mut seen = BTreeMap::new();
+    for _ in 0..200 {
+        let d = srv.post("/decide", r#"{"amount": 55}"#).json();
+        let variant = d["variant"].as_str().expect("a tuned decision names its variant").to_string();
+        let allowed = d["action"]["allow"].as_bool().unwrap();
+        assert_eq!(allowed, variant == "v1", "55 < 60 only for v1: {d}");
+        assert!(d["snapshot_id"].is_string(), "{d}");
+        assert_eq!(d["recorded"], false, "snapshots are off: {d}");
+        *seen.entry(variant).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 2, "Thompson sampling tries both variants: {seen:?}");
+
+    let d = srv.post("/decide", r#"{"amount": 1}"#).json();
+    let id = d["snapshot_id"].as_str().unwrap();
+    let r = feedback(&srv, id, json!(1));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["counted"], true);
+    assert_eq!(r.json()["variant"], d["variant"]);
+    let again = feedback(&srv, id, json!(1)).json();
+    assert_eq!((again["counted"].clone(), again["duplicate"].clone()), (json!(false), json!(true)));
+    srv.eventually(3, "the reward to show", |s| {
+        let r = s.get("/tuning/pay").json();
+        let arm = r["variants"].as_array().unwrap().iter().find(|v| v["id"] == d["variant"]).cloned().unwrap();
+        arm["samples"] == 1 && arm["mean_reward"] == 1.0
+    });
+
+    // what cannot be counted is a JSON error
+    let plain = srv.post("/decide/other", r#"{"amount": 1}"#);
+    assert_eq!(plain.status, 404);
+    feedback(&srv, "01a230b8-dbd5-7137-bffb-a4cb18ebdb45", json!(1)).assert_error(404, "unknown_snapshot");
+    feedback(&srv, "not-an-id", json!(1)).assert_error(400, "invalid_snapshot_id");
+    feedback(&srv, id, json!("yes")).assert_error(400, "invalid_reward");
+    srv.post("/feedback", "{").assert_error(400, "invalid_feedback");
+    srv.get("/tuning/nope").assert_error(404, "not_tuned");
+    // promotion is an admin endpoint
+    srv.post("/tuning/pay/promote", "").assert_error(404, "not_found");
+}
+
+#[test]
+fn a_yaml_rule_set_is_tuned_through_its_param_values() {
+    let srv = start(1.0);
+    wait_tuned(&srv, "rules");
+    let mut allowed = 0;
+    for _ in 0..100 {
+        let d = srv.post("/decide/rules", r#"{"amount": 55}"#).json();
+        if d["action"]["allow"] == true {
+            assert_eq!(d["variant"], "v1", "{d}");
+            allowed += 1;
+        }
+    }
+    assert!(allowed > 0, "v1 (limit 60) allows 55");
+}
+
+#[test]
+fn with_no_traffic_the_baseline_decides_and_feedback_still_counts() {
+    let srv = start(0.0);
+    wait_tuned(&srv, "pay");
+    let d = srv.post("/decide", r#"{"amount": 55}"#).json();
+    assert_eq!((d["variant"].clone(), d["action"]["allow"].clone()), (json!("baseline"), json!(false)));
+    let r = feedback(&srv, d["snapshot_id"].as_str().unwrap(), json!(0.25));
+    assert_eq!(r.status, 200, "{}", r.text());
+    srv.eventually(3, "a real-valued reward to switch the model", |s| {
+        let r = s.get("/tuning/pay").json();
+        r["reward"] == "real" && r["baseline"]["samples"] == 1
+    });
+}
+
+#[test]
+fn a_promotion_serves_at_once_survives_a_restart_and_exports_a_table_check_accepts() {
+    let mut srv = start(0.0);
+    wait_tuned(&srv, "pay");
+    // nothing is ready yet: promoting needs a variant named
+    let r = call(srv.admin, "POST", "/tuning/pay/promote", &[], b"");
+    r.assert_error(409, "not_ready");
+    let r = call(srv.admin, "POST", "/tuning/pay/promote", &[], br#"{"variant": "v7"}"#);
+    r.assert_error(404, "unknown_variant");
+    let r = call(srv.admin, "POST", "/tuning/pay/promote", &[], br#"{"variant": "v1"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["params"], json!({"limit": 60}));
+
+    let allow55 = |s: &Server| s.post("/decide", r#"{"amount": 55}"#).json()["action"]["allow"] == true;
+    assert!(allow55(&srv), "the promoted limit 60 serves at once");
+    let table = srv.get("/tables/pay").json();
+    assert_eq!(table["params"]["limit"]["value"], 60, "{table}");
+    // the file is never rewritten
+    let file = srv.path().join("tables/pay.json");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), PAY);
+    // variants start again around the new value
+    srv.eventually(5, "new variants around 60", |s| {
+        let r = s.get("/tuning/pay").json();
+        r["baseline"]["params"]["limit"] == 60 && r["variants"][0]["params"]["limit"] == 70
+    });
+
+    // a restart serves the promoted value
+    srv.signal(Signal::SIGTERM);
+    assert!(srv.wait_exit().success());
+    let dir = std::mem::replace(&mut srv.dir, tempfile::tempdir().unwrap());
+    let text = tuning_config(0.0, "");
+    let srv = Server::launch(dir, move |p| p.fill(&text).into_bytes(), |_, _| None);
+    assert!(allow55(&srv), "the promotion survives a restart");
+
+    // the export has 60 in place of 50, and clef check accepts it
+    let out = Command::new(env!("CARGO_BIN_EXE_clef"))
+        .args(["tune", "export", "tables/pay.json", "-c", "config.yaml"])
+        .current_dir(srv.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let exported = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(exported, PAY.replacen("\"value\": 50", "\"value\": 60", 1));
+    let path = srv.path().join("exported.json");
+    std::fs::write(&path, &exported).unwrap();
+    let check = Command::new(env!("CARGO_BIN_EXE_clef")).arg("check").arg(&path).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+}
+
+#[test]
+fn tuning_settings_that_cannot_work_are_errors_at_their_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = config("", "", "tuning:\n  tables: [pay]\n  traffic: 2\n  confidnce: 0.9\n");
+    let (status, log) = refused(&dir, &text, &[]);
+    assert!(!status.success());
+    assert!(log.contains("confidnce") && log.contains("confidence"), "{log}");
+}

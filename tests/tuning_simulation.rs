@@ -1,0 +1,178 @@
+//! Tuning against a seeded synthetic environment (SPEC §9): decisions are served by the arms
+//! the tuner picks, each decision's reward is drawn from the environment's success rate for the
+//! arm's parameter value, and fed back by its `snapshot_id`, as `POST /feedback` would.
+//!
+//! - One variant truly better: it is found and marked ready within a bounded number of feedbacks.
+//! - No variant better: over many seeded runs, how often one is marked ready anyway (a false
+//!   promotion) is measured and bounded.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use clef::snapshot::next_id;
+use clef::table::{Limits, Table};
+use clef::tuning::{Tuner, TuningConfig};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use serde_json::Value as Json;
+
+const TABLE: &str = r#"{"params": {"limit": {"value": 50, "min": 0, "max": 100, "step": 10, "tunable": true}},
+  "default": {"allow": false},
+  "rules": [{"id": "under", "condition": "amount < params.limit", "action": {"allow": true}}]}"#;
+
+fn table() -> Arc<Table> {
+    Arc::new(Table::from_bytes(Path::new("pay.json"), TABLE.as_bytes(), &Limits::default()).unwrap())
+}
+
+fn config() -> TuningConfig {
+    TuningConfig {
+        tables: vec!["pay".into()],
+        traffic: 0.5,
+        variants: 4,
+        min_samples: 300,
+        confidence: 0.95,
+        ..TuningConfig::default()
+    }
+}
+
+/// What one run saw.
+struct Run {
+    /// feedbacks sent when a variant was first marked ready, and which
+    first_ready: Option<(usize, String)>,
+}
+
+/// Serves `decisions` decisions, rewarding each with probability `success(limit)` of the arm
+/// that decided, ticking the tuner every 250 decisions.
+fn run(seed: u64, decisions: usize, success: impl Fn(i64) -> f64) -> Run {
+    let state = tempfile::tempdir().unwrap();
+    let tuner = Tuner::new(&config(), state.path()).unwrap();
+    let served = table();
+    let serving = |name: &str| (name == "pay").then(|| served.clone());
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut tick_rng = SmallRng::seed_from_u64(seed ^ 0xabcdef);
+    tuner.tick(serving, &mut tick_rng);
+    let mut first_ready = None;
+    for n in 1..=decisions {
+        let guard = tuner.live("pay").expect("tuned");
+        let live = guard.as_ref().expect("arms are built");
+        let choice = tuner.choose_with(live, rng.random(), rng.random());
+        let decider = live.table(choice);
+        // the arm's table is the one that decides: its limit is the arm's
+        let limit = decider.params.as_ref().unwrap()["limit"]["value"].as_i64().unwrap();
+        let (arm_id, params) = live.arm(choice);
+        assert_eq!(serde_json::from_str::<Json>(params).unwrap()["limit"], limit, "{arm_id}");
+        let id = tuner.tag(live, choice, next_id());
+        drop(guard);
+        let reward = u8::from(rng.random::<f64>() < success(limit));
+        let body = format!(r#"{{"snapshot_id": "{id}", "reward": {reward}}}"#);
+        let answer: Json = serde_json::from_str(&tuner.feedback(body.as_bytes()).unwrap()).unwrap();
+        assert_eq!(answer["counted"], true);
+        if n % 250 == 0 {
+            tuner.tick(serving, &mut tick_rng);
+            if first_ready.is_none() {
+                let report: Json = serde_json::from_str(&tuner.report("pay").unwrap()).unwrap();
+                let ready = report["variants"].as_array().unwrap().iter().find(|v| v["ready"] == true);
+                if let Some(v) = ready {
+                    first_ready = Some((n, v["id"].as_str().unwrap().to_string()));
+                }
+            }
+        }
+    }
+    Run { first_ready }
+}
+
+#[test]
+fn a_truly_better_variant_is_found_and_marked_ready() {
+    // limit 60 converts at 14%, everything else at 10%
+    let success = |limit: i64| if limit == 60 { 0.14 } else { 0.10 };
+    for seed in 1..=5 {
+        let r = run(seed, 40_000, success);
+        let (at, id) = r.first_ready.unwrap_or_else(|| panic!("seed {seed}: no variant ready after 40,000 feedbacks"));
+        // v1 is limit + 10 = 60
+        assert_eq!(id, "v1", "seed {seed}: the wrong variant was marked ready");
+        eprintln!("seed {seed}: v1 ready after {at} feedbacks");
+    }
+}
+
+#[test]
+fn where_no_variant_is_better_none_is_promoted() {
+    let runs = 40;
+    let false_promotions = (1..=runs).filter(|seed| run(1000 + seed, 20_000, |_| 0.10).first_ready.is_some()).count();
+    let rate = false_promotions as f64 / runs as f64;
+    eprintln!("false promotions: {false_promotions} of {runs} runs ({:.1}%)", rate * 100.0);
+    assert!(rate <= 0.10, "{false_promotions} of {runs} runs marked an equal variant ready");
+}
+
+#[test]
+fn feedback_is_validated_and_counted_once() {
+    let state = tempfile::tempdir().unwrap();
+    let tuner = Tuner::new(&config(), state.path()).unwrap();
+    let served = table();
+    tuner.tick(|name: &str| (name == "pay").then(|| served.clone()), &mut SmallRng::seed_from_u64(1));
+    let guard = tuner.live("pay").unwrap();
+    let live = guard.as_ref().unwrap();
+    let id = tuner.tag(live, tuner.choose(live), next_id());
+    let send = |body: String| tuner.feedback(body.as_bytes());
+    let ok: Json = serde_json::from_str(&send(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#)).unwrap()).unwrap();
+    assert_eq!(ok["counted"], true);
+    let again: Json =
+        serde_json::from_str(&send(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#)).unwrap()).unwrap();
+    assert_eq!((again["counted"].clone(), again["duplicate"].clone()), (Json::Bool(false), Json::Bool(true)));
+    let untagged = next_id();
+    let e = send(format!(r#"{{"snapshot_id": "{untagged}", "reward": 1}}"#)).unwrap_err();
+    assert_eq!((e.status(), e.code()), (404, "unknown_snapshot"));
+    let e = send(r#"{"snapshot_id": "nope", "reward": 1}"#.into()).unwrap_err();
+    assert_eq!((e.status(), e.code()), (400, "invalid_snapshot_id"));
+    let e = send(format!(r#"{{"snapshot_id": "{id}", "reward": "good"}}"#)).unwrap_err();
+    assert_eq!((e.status(), e.code()), (400, "invalid_reward"));
+    let e = send(format!(r#"{{"snapshot_id": "{id}"}}"#)).unwrap_err();
+    assert_eq!((e.status(), e.code()), (400, "invalid_feedback"));
+    let e = send("not json".into()).unwrap_err();
+    assert_eq!((e.status(), e.code()), (400, "invalid_feedback"));
+    // an id older than feedback_ttl_s
+    let now_ms = clef::snapshot::id::unix_ms(std::time::SystemTime::now());
+    let old_ms = u128::from(now_ms - 90_000_000);
+    let old = clef::snapshot::SnapshotId::from_u128((old_ms << 80) | (0x7 << 76) | (0b10 << 62) | (12_345 << 32));
+    let old = tuner.tag(live, tuner.choose(live), old);
+    let e = send(format!(r#"{{"snapshot_id": "{old}", "reward": 0}}"#)).unwrap_err();
+    assert_eq!((e.status(), e.code()), (404, "unknown_snapshot"));
+    assert!(e.to_string().contains("older"), "{e}");
+}
+
+#[test]
+fn rewards_survive_a_restart_and_reset_when_the_rules_change() {
+    let state = tempfile::tempdir().unwrap();
+    let served = table();
+    let samples = |tuner: &Tuner| {
+        let r: Json = serde_json::from_str(&tuner.report("pay").unwrap()).unwrap();
+        r["baseline"]["samples"].as_u64().unwrap()
+    };
+    let id = {
+        let tuner = Tuner::new(&config(), state.path()).unwrap();
+        tuner.tick(|n: &str| (n == "pay").then(|| served.clone()), &mut SmallRng::seed_from_u64(1));
+        let guard = tuner.live("pay").unwrap();
+        let live = guard.as_ref().unwrap();
+        for _ in 0..10 {
+            let id = tuner.tag(live, clef::tuning::Choice { arm: 0 }, next_id());
+            tuner.feedback(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#).as_bytes()).unwrap();
+        }
+        let id = tuner.tag(live, clef::tuning::Choice { arm: 0 }, next_id());
+        tuner.save();
+        id
+    };
+    // a new process on the same state_dir: the rewards are back, and ids made before still count
+    let tuner = Tuner::new(&config(), state.path()).unwrap();
+    tuner.tick(|n: &str| (n == "pay").then(|| served.clone()), &mut SmallRng::seed_from_u64(2));
+    tuner.tick(|n: &str| (n == "pay").then(|| served.clone()), &mut SmallRng::seed_from_u64(2));
+    assert_eq!(samples(&tuner), 10);
+    tuner.feedback(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#).as_bytes()).unwrap();
+    tuner.tick(|n: &str| (n == "pay").then(|| served.clone()), &mut SmallRng::seed_from_u64(2));
+    assert_eq!(samples(&tuner), 11);
+    // the table's rules change: tuning starts over, and old ids are refused
+    let changed = TABLE.replace("amount < params.limit", "amount <= params.limit");
+    let changed = Arc::new(Table::from_bytes(Path::new("pay.json"), changed.as_bytes(), &Limits::default()).unwrap());
+    tuner.tick(|n: &str| (n == "pay").then(|| changed.clone()), &mut SmallRng::seed_from_u64(3));
+    assert_eq!(samples(&tuner), 0);
+    let e = tuner.feedback(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#).as_bytes()).unwrap_err();
+    assert_eq!(e.code(), "unknown_snapshot");
+}
