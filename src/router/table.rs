@@ -589,6 +589,96 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::router::{Ask, Health, InstanceConfig, Plan, RouterConfig};
+
+    /// A router in region JP with `local` and peers `p1..=peers`, each in JP and serving `t`
+    /// at `load` (local-first off: local's load is always above `local_max_load`).
+    fn router_of(peers: usize, load: f64) -> Arc<Router> {
+        let mut instances = vec![InstanceConfig { id: "local".into(), addr: None, region: None }];
+        for i in 1..=peers {
+            instances.push(InstanceConfig {
+                id: format!("p{i}"),
+                addr: Some(format!("127.0.0.1:{}", 20_000 + i)),
+                region: Some("JP".into()),
+            });
+        }
+        let config = RouterConfig { region: "JP".into(), local_max_load: 0.0, instances, ..RouterConfig::default() };
+        let router = Router::new(&config);
+        router.report((1..=peers).map(|i| {
+            let health = Health {
+                load,
+                inflight: 0,
+                tables: vec![("t".into(), "v1".into())],
+                latency: Duration::from_micros(100),
+            };
+            (i, format!("127.0.0.1:{}", 20_000 + i).parse().unwrap(), health)
+        }));
+        router
+    }
+
+    fn ask(local_load: f64) -> Ask<'static> {
+        Ask { table: "t", local_serves: true, local_load, key: None }
+    }
+
+    #[test]
+    fn ties_prefer_local() {
+        // local and every peer score 1 − 0.5 + 0.3 (same region, same load)
+        let router = router_of(3, 0.5);
+        for _ in 0..1000 {
+            assert_eq!(router.route(&ask(0.5)), Plan::Local);
+        }
+        // a peer a little less loaded than local wins
+        for _ in 0..1000 {
+            assert!(matches!(router.route(&ask(0.6)), Plan::Forward { .. }));
+        }
+    }
+
+    #[test]
+    fn the_nth_ejection_lasts_n_times_the_ejection_time_up_to_ten() {
+        let router = router_of(1, 0.5);
+        let health = &router.config.health;
+        let mut control = Control::new(2);
+        control.probed[1].state = InstanceState::Healthy;
+        let mut now = Instant::now();
+        for n in 1..=12u64 {
+            control.failed(&router, 1, health.unhealthy_after, now);
+            let p = &control.probed[1];
+            assert_eq!((p.state, p.ejections), (InstanceState::Ejected, n));
+            let lasts = p.ejected_until.unwrap() - now;
+            assert_eq!(lasts, Duration::from_millis(health.ejection_ms * n.min(10)), "ejection {n}");
+            // a success before the ejection is over does not bring it back
+            control.apply_probe(&router, 1, Ok(healthy()), now + lasts / 2);
+            assert_eq!(control.probed[1].state, InstanceState::Ejected);
+            // after it, `healthy_after` successes do
+            now += lasts;
+            for _ in 0..health.healthy_after {
+                control.apply_probe(&router, 1, Ok(healthy()), now);
+            }
+            assert_eq!(control.probed[1].state, InstanceState::Healthy, "after ejection {n}");
+        }
+        assert_eq!(health.ejection_ms * 10, 300_000, "300 s at most by default");
+    }
+
+    #[test]
+    fn never_more_than_half_of_the_remote_instances_are_ejected() {
+        let router = router_of(5, 0.5);
+        let unhealthy_after = router.config.health.unhealthy_after;
+        let mut control = Control::new(6);
+        for p in &mut control.probed[1..] {
+            p.state = InstanceState::Healthy;
+        }
+        let now = Instant::now();
+        for i in 1..=5 {
+            control.failed(&router, i, unhealthy_after, now);
+        }
+        let states: Vec<InstanceState> = control.probed[1..].iter().map(|p| p.state).collect();
+        use InstanceState::{Ejected, Unhealthy};
+        assert_eq!(states, [Ejected, Ejected, Unhealthy, Unhealthy, Unhealthy]);
+    }
+
+    fn healthy() -> Health {
+        Health { load: 0.1, inflight: 0, tables: vec![("t".into(), "v1".into())], latency: Duration::from_micros(100) }
+    }
 
     #[test]
     fn freshness_decays_linearly_after_the_interval() {
