@@ -10,6 +10,7 @@
 #    peer (it does not serve `t`); server CPU time per request of the router process (from
 #    /proc/PID/stat utime+stime), forwarded against local, alternately ROUNDS times; every
 #    request must succeed (wrk's non-2xx and socket errors are printed).
+# 3. Resident memory of the three routers before the runs, in the middle of each run and after.
 # Prints each run and the medians. Needs wrk and python3. Talks only to 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,11 +68,14 @@ wrk.body = '{"x": 20, "tier": "vip", "user": {"id": "u-1", "country": "JP"}}'
 wrk.headers["Content-Type"] = "application/json"
 LUA
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+rss_mb() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+rss_all() { echo "hung $(rss_mb "$PID_hung") MB, alone $(rss_mb "$PID_alone") MB, fwd $(rss_mb "$PID_fwd") MB"; }
 TICK=$(getconf CLK_TCK)
 declare -A P99 CPU
 run() { # label, pid, url
   local label=$1 pid=$2 url=$3 before after out reqs errors
   before=$(cpu_ticks "$pid")
+  (sleep "$((SECONDS_PER_RUN / 2))"; rss_mb "$pid" > "$WORK/rss_during") &
   out=$(wrk -t"$THREADS" -c"$CONNS" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/post.lua" "$url")
   after=$(cpu_ticks "$pid")
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')
@@ -79,9 +83,10 @@ run() { # label, pid, url
   local p99 us
   p99=$(echo "$out" | awk '$1 == "99%" {print $2}')
   us=$(python3 -c "print(round(($after - $before) / $TICK / $reqs * 1e6, 2))")
-  echo "$label: $reqs requests, $(echo "$out" | awk '/Requests\/sec/ {print $2}') req/s, p99 $p99, router CPU ${us} us/request ${errors:+ERRORS: $errors}"
+  echo "$label: $reqs requests, $(echo "$out" | awk '/Requests\/sec/ {print $2}') req/s, p99 $p99, router CPU ${us} us/request, RSS during $(cat "$WORK/rss_during") MB ${errors:+ERRORS: $errors}"
   P99[$label]+="$p99 "; CPU[$label]+="$us "
 }
+echo "RSS before: $(rss_all)"
 wrk -t1 -c8 -d1s -s "$WORK/post.lua" "http://127.0.0.1:$P_HUNG/decide/t" >/dev/null
 for r in $(seq "$ROUNDS"); do
   run "local, hung peer" "$PID_hung" "http://127.0.0.1:$P_HUNG/decide/t"
@@ -96,6 +101,7 @@ def us(v):
         if v.endswith(unit) and (unit != 's' or not v.endswith(('us', 'ms'))): return float(v[:-len(unit)]) * f
     return float(v)
 print(round(statistics.median(us(v) for v in sys.argv[1:]), 2))" $1; }
+echo "RSS after: $(rss_all)"
 echo "--- medians over $ROUNDS rounds"
 for label in "local, hung peer" "local, no peer"; do echo "$label: p99 $(median "${P99[$label]}") us"; done
 for label in "forwarded" "local on the forwarding router"; do echo "$label: router CPU $(median "${CPU[$label]}") us/request"; done

@@ -221,8 +221,28 @@ fn routes_to_the_best_instance_and_names_it() {
     assert_eq!(i["idle"]["forwarded"].as_u64().unwrap() + i["busy"]["forwarded"].as_u64().unwrap(), 60, "{i:?}");
     assert!(i["idle"]["probes_ok"].as_u64().unwrap() >= 1 && i["idle"]["load"] == json!(0.1), "{i:?}");
     let metrics = router.get("/metrics").text();
-    assert!(metrics.contains("clef_router_forwarded_total{instance=\"idle\"}"), "{metrics}");
-    assert!(metrics.contains("clef_router_healthy{instance=\"busy\"} 1"), "{metrics}");
+    // every per-instance series, with the figures GET /router shows
+    let value = |series: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(series)).unwrap_or_else(|| panic!("no {series}: {metrics}"));
+        line[series.len()..].trim().parse().unwrap()
+    };
+    for id in ["idle", "busy"] {
+        let forwarded = i[id]["forwarded"].as_u64().unwrap() as f64;
+        assert_eq!(value(&format!("clef_router_forwarded_total{{instance=\"{id}\"}}")), forwarded, "{metrics}");
+        // nothing failed, so every forward was a first attempt: routed to it
+        assert_eq!(value(&format!("clef_router_routed_total{{instance=\"{id}\"}}")), forwarded, "{metrics}");
+        assert_eq!(value(&format!("clef_router_retried_total{{instance=\"{id}\"}}")), 0.0, "{metrics}");
+        assert_eq!(value(&format!("clef_router_failed_total{{instance=\"{id}\"}}")), 0.0, "{metrics}");
+        assert_eq!(value(&format!("clef_router_ejections_total{{instance=\"{id}\"}}")), 0.0, "{metrics}");
+        assert_eq!(value(&format!("clef_router_healthy{{instance=\"{id}\"}}")), 1.0, "{metrics}");
+        let probes_ok = i[id]["probes_ok"].as_u64().unwrap() as f64;
+        assert!(
+            value(&format!("clef_router_probes_total{{instance=\"{id}\",result=\"ok\"}}")) >= probes_ok,
+            "{metrics}"
+        );
+        let probe = value(&format!("clef_router_probe_seconds{{instance=\"{id}\"}}"));
+        assert!(probe > 0.0 && probe < 1.0, "{metrics}");
+    }
 }
 
 #[test]
@@ -336,6 +356,11 @@ fn a_killed_peer_fails_no_request_is_ejected_in_time_and_returns() {
     let i = instances(&router);
     assert_eq!(i["p1"]["ejections"], json!(1), "{i:?}");
     assert!(i["p2"]["retried"].as_u64().unwrap() + i["p1"]["failed"].as_u64().unwrap() >= 1, "{i:?}");
+    let metrics = router.get("/metrics").text();
+    assert!(metrics.contains("clef_router_ejections_total{instance=\"p1\"} 1\n"), "{metrics}");
+    let failed = format!("clef_router_failed_total{{instance=\"p1\"}} {}\n", i["p1"]["failed"]);
+    let retried = format!("clef_router_retried_total{{instance=\"p2\"}} {}\n", i["p2"]["retried"]);
+    assert!(metrics.contains(&failed) && metrics.contains(&retried), "{metrics}");
 }
 
 #[test]

@@ -11,8 +11,14 @@
 //! (into the pool of whichever thread the coroutine then runs on), so no borrow of per-thread
 //! state is held across a yield. A pooled connection the peer closed while idle fails before
 //! any byte of an answer arrives; the request is then sent once more on a fresh connection.
+//!
+//! Connections are opened with a non-blocking `connect` of our own and boxed, and a connection
+//! given up is dropped only half a second later ([`retire`]): may's scheduler reads an I/O
+//! operation's state for a moment after it made the coroutine runnable elsewhere, so that
+//! state must outlive the operation (see [`connect`]).
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -25,8 +31,10 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 pub const MAX_HEADERS: usize = 32;
 /// Bytes read at a time.
 const READ_CHUNK: usize = 4096;
-/// Idle connections kept per instance per worker thread.
-const IDLE_PER_INSTANCE: usize = 8;
+/// Idle connections kept per instance per worker thread: as many as the forwards a worker has
+/// in flight to one peer under load (with 8, 32 concurrent forwards from two workers opened a
+/// fresh connection for half of them, and a forward cost three local decisions of CPU).
+const IDLE_PER_INSTANCE: usize = 64;
 /// Idle connections kept per worker thread in all.
 const IDLE_PER_THREAD: usize = 256;
 
@@ -88,7 +96,9 @@ pub fn exchange_fresh(
     max_body: usize,
 ) -> Result<Exchange, ClientError> {
     let mut stream = connect(addr, deadline)?;
-    send_and_read(&mut stream, request, deadline, max_body)
+    let result = send_and_read(&mut stream, request, deadline, max_body, true);
+    retire(stream);
+    result
 }
 
 /// Sends `request` to `addr` on a pooled keep-alive connection (or a new one) and reads the
@@ -101,23 +111,29 @@ pub fn exchange_pooled(
     max_body: usize,
 ) -> Result<Exchange, ClientError> {
     if let Some(mut stream) = take(key, addr) {
-        match send_and_read(&mut stream, request, deadline, max_body) {
+        match send_and_read(&mut stream, request, deadline, max_body, false) {
             Ok(answer) => {
-                if answer.keep_alive {
-                    put_back(key, addr, stream);
-                }
+                keep_or_retire(key, addr, stream, answer.keep_alive);
                 return Ok(answer);
             }
-            Err(e) if e.stale() && Instant::now() < deadline => {}
-            Err(e) => return Err(e),
+            Err(e) if e.stale() && Instant::now() < deadline => retire(stream),
+            Err(e) => {
+                retire(stream);
+                return Err(e);
+            }
         }
     }
     let mut stream = connect(addr, deadline)?;
-    let answer = send_and_read(&mut stream, request, deadline, max_body)?;
-    if answer.keep_alive {
-        put_back(key, addr, stream);
+    match send_and_read(&mut stream, request, deadline, max_body, true) {
+        Ok(answer) => {
+            keep_or_retire(key, addr, stream, answer.keep_alive);
+            Ok(answer)
+        }
+        Err(e) => {
+            retire(stream);
+            Err(e)
+        }
     }
-    Ok(answer)
 }
 
 fn remaining(deadline: Instant) -> Result<Duration, ClientError> {
@@ -129,13 +145,36 @@ fn remaining(deadline: Instant) -> Result<Duration, ClientError> {
     }
 }
 
-fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, ClientError> {
-    let stream = TcpStream::connect_timeout(&addr, remaining(deadline)?).map_err(|e| match e.kind() {
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ClientError::Timeout,
-        _ => ClientError::Connect(e),
-    })?;
-    let _ = stream.set_nodelay(true);
-    Ok(stream)
+/// A client connection, boxed so that the I/O state may's scheduler points at never moves;
+/// given up through [`retire`], never dropped where its last operation ended.
+type Stream = Box<TcpStream>;
+
+/// Opens a connection to `addr`, without waiting for it: the first write waits (within its
+/// timeout) until it is established, and fails if it cannot be.
+///
+/// Not may's `TcpStream::connect_timeout`: its connect operation lives on the coroutine's
+/// stack, and may's scheduler still reads it after handing the coroutine to the event loop,
+/// which on another worker may already have resumed the coroutine, seen the refusal, returned
+/// and reused that stack (a peer that refuses at once crashed the router so, SIGSEGV in
+/// `tcp_stream_connect::subscribe`). Waiting in a write on the boxed stream makes the
+/// scheduler read the stream's own state instead, which [`retire`] keeps alive.
+fn connect(addr: SocketAddr, deadline: Instant) -> Result<Stream, ClientError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    remaining(deadline)?;
+    let socket =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(ClientError::Connect)?;
+    socket.set_nonblocking(true).map_err(ClientError::Connect)?;
+    let _ = socket.set_nodelay(true);
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(nix::libc::EINPROGRESS) => {}
+        Err(e) => return Err(ClientError::Connect(e)),
+    }
+    let fd = std::net::TcpStream::from(socket).into_raw_fd();
+    // SAFETY: the descriptor is the socket opened above, owned by nothing else; may's stream
+    // takes it over (and closes it when dropped).
+    Ok(Box::new(unsafe { TcpStream::from_raw_fd(fd) }))
 }
 
 fn broken(error: io::Error, answered: bool, deadline: Instant) -> ClientError {
@@ -147,20 +186,45 @@ fn broken(error: io::Error, answered: bool, deadline: Instant) -> ClientError {
     }
 }
 
+/// Whether a read or write that failed with `e` is to be tried again (the deadline still holds,
+/// as every try sets the timeout from it).
+///
+/// `EINPROGRESS` is our own non-blocking connect still under way: may's I/O on a just-opened
+/// stream reported it under load (32 concurrent forwards to one peer failed their first
+/// exchanges with it, enough to eject the peer). The connect is then waited for with a short
+/// sleep rather than a spin.
+fn again(e: &io::Error) -> bool {
+    if e.raw_os_error() == Some(nix::libc::EINPROGRESS) {
+        may::coroutine::sleep(CONNECT_POLL);
+        return true;
+    }
+    e.kind() == io::ErrorKind::Interrupted
+}
+
+/// How long a read or write waits before it tries again on a connection still being opened.
+const CONNECT_POLL: Duration = Duration::from_micros(200);
+
+/// Sends `request` and reads the answer; `fresh`: the connection was just opened, so an error
+/// before the first byte is written is one of connecting.
 fn send_and_read(
     stream: &mut TcpStream,
     request: &[u8],
     deadline: Instant,
     max_body: usize,
+    fresh: bool,
 ) -> Result<Exchange, ClientError> {
     let mut sent = 0;
     while sent < request.len() {
-        stream.set_write_timeout(Some(remaining(deadline)?)).map_err(|e| broken(e, false, deadline))?;
+        let failed = |e: io::Error| match broken(e, false, deadline) {
+            ClientError::Broken { error, .. } if fresh && sent == 0 => ClientError::Connect(error),
+            other => other,
+        };
+        stream.set_write_timeout(Some(remaining(deadline)?)).map_err(failed)?;
         match stream.write(&request[sent..]) {
-            Ok(0) => return Err(broken(io::ErrorKind::WriteZero.into(), false, deadline)),
+            Ok(0) => return Err(failed(io::ErrorKind::WriteZero.into())),
             Ok(n) => sent += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(broken(e, false, deadline)),
+            Err(e) if again(&e) => {}
+            Err(e) => return Err(failed(e)),
         }
     }
     read_answer(stream, deadline, max_body)
@@ -210,7 +274,7 @@ fn read_answer<S: Read + Timed>(stream: &mut S, deadline: Instant, max_body: usi
                 return Err(broken(e, filled > 0, deadline));
             }
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if again(&e) => {}
             Err(e) => return Err(broken(e, filled > 0, deadline)),
         }
     }
@@ -246,12 +310,7 @@ fn parse_head(
         } else if h.name.eq_ignore_ascii_case("content-type") {
             content_type = std::str::from_utf8(h.value).ok().map(|v| v.trim().to_string());
         } else if h.name.eq_ignore_ascii_case("connection") {
-            let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
-            if v.contains("close") {
-                keep_alive = false;
-            } else if v.contains("keep-alive") {
-                keep_alive = true;
-            }
+            keep_alive = crate::server::conn::keep_alive_after(h.value, keep_alive);
         }
     }
     let length = length.ok_or_else(|| ClientError::Invalid("no Content-Length".into()))?;
@@ -272,13 +331,25 @@ impl Timed for TcpStream {
     }
 }
 
+/// How long a given-up connection is kept before it is dropped (see [`retire`]).
+const RETIRE_AFTER: Duration = Duration::from_millis(500);
+/// Given-up connections kept per worker thread at most; beyond, the oldest go at once.
+const RETIRED_PER_THREAD: usize = 512;
+
 thread_local! {
     /// This worker thread's idle connections: (pool key, address, connection).
-    static POOL: RefCell<Vec<(u64, SocketAddr, TcpStream)>> = const { RefCell::new(Vec::new()) };
+    static POOL: RefCell<Vec<(u64, SocketAddr, Stream)>> = const { RefCell::new(Vec::new()) };
+    /// Connections given up on this thread, with when, waiting to be dropped.
+    static RETIRED: RefCell<VecDeque<(Instant, Stream)>> = const { RefCell::new(VecDeque::new()) };
 }
 
+// The thread-local helpers below are never inlined: their callers yield (and may resume on
+// another thread) between calls, and an inlined access could reuse the thread-local address
+// computed before the yield, on the wrong thread.
+
 /// An idle connection for `key` to `addr` from this thread's pool.
-fn take(key: u64, addr: SocketAddr) -> Option<TcpStream> {
+#[inline(never)]
+fn take(key: u64, addr: SocketAddr) -> Option<Stream> {
     POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
         let at = pool.iter().rposition(|(k, a, _)| *k == key && *a == addr)?;
@@ -286,15 +357,47 @@ fn take(key: u64, addr: SocketAddr) -> Option<TcpStream> {
     })
 }
 
-/// Keeps `stream` for the next forward on this thread, within the pool's caps.
-fn put_back(key: u64, addr: SocketAddr, stream: TcpStream) {
-    POOL.with(|pool| {
+/// Keeps `stream` for the next forward on this thread when the answer allows and the
+/// pool's caps do; gives it up otherwise.
+#[inline(never)]
+fn keep_or_retire(key: u64, addr: SocketAddr, stream: Stream, keep_alive: bool) {
+    let refused = POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
         let same = pool.iter().filter(|(k, _, _)| *k == key).count();
-        if same < IDLE_PER_INSTANCE && pool.len() < IDLE_PER_THREAD {
+        if keep_alive && same < IDLE_PER_INSTANCE && pool.len() < IDLE_PER_THREAD {
             pool.push((key, addr, stream));
+            None
+        } else {
+            Some(stream)
         }
     });
+    if let Some(stream) = refused {
+        retire(stream);
+    }
+}
+
+/// Gives a connection up. It is dropped (closed, and its I/O state freed) only after
+/// [`RETIRE_AFTER`]: may's scheduler may still be reading that state on another worker for a
+/// moment after the operation that ended here was completed (it registers the coroutine,
+/// then looks at the state once more, while the event loop elsewhere may already run the
+/// coroutine on). At most [`RETIRED_PER_THREAD`] wait.
+#[inline(never)]
+fn retire(stream: Stream) {
+    let now = Instant::now();
+    let expired = RETIRED.with(|retired| {
+        let mut retired = retired.borrow_mut();
+        retired.push_back((now, stream));
+        let mut expired = Vec::new();
+        while let Some((at, _)) = retired.front() {
+            if now.duration_since(*at) < RETIRE_AFTER && retired.len() <= RETIRED_PER_THREAD {
+                break;
+            }
+            expired.extend(retired.pop_front().map(|(_, s)| s));
+        }
+        expired
+    });
+    // dropped outside the borrow: dropping deregisters from the event loop
+    drop(expired);
 }
 
 #[cfg(test)]

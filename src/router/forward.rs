@@ -87,16 +87,21 @@ pub fn run(router: &Router, plan: &Plan, out: &Outgoing<'_>) -> Result<Answer, U
     };
     let request = encode(router, out);
     let mut why = String::new();
-    for (attempt, target) in [Some(*first), *retry].into_iter().flatten().enumerate() {
-        match attempt_once(router, target, attempt > 0, &request, out.endpoint) {
+    let mut target = Some(*first);
+    let mut attempt = 0;
+    while let Some(t) = target {
+        match attempt_once(router, t, attempt > 0, &request, out.endpoint) {
             Ok(answer) => return Ok(answer),
             Err(e) => {
                 if !why.is_empty() {
                     why.push_str("; ");
                 }
-                why.push_str(&format!("{}: {e}", router.instance_id(target.index)));
+                why.push_str(&format!("{}: {e}", router.instance_id(t.index)));
             }
         }
+        attempt += 1;
+        // looked up now: the coroutine may run on another worker, with a newer table
+        target = retry.filter(|_| attempt == 1).and_then(|r| router.target(r));
     }
     if *local_serves {
         return Err(Unanswered::Local);

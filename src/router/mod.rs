@@ -4,7 +4,7 @@
 //! # Key idea: an immutable instance table, published, cached per worker
 //!
 //! Everything the request path needs to choose an instance — which instances serve which
-//! table, each one's reported load, region bonus and freshness, the cumulative weights for the
+//! table, each one's reported load, region bonus and freshness, the alias table for the
 //! power-of-two-choices draw, the hash ring, the hand-set failovers — is an [`InstanceTable`]
 //! that is never written after it is built. The prober thread ([`probe`]) owns the mutable
 //! health state; after each change it builds a new table, stores it in an `ArcSwap` and then
@@ -27,14 +27,17 @@
 //!   forward that follows (which yields, and may resume on another thread) holds no reference
 //!   to per-thread state. The in-flight guard remembers the slot it counted in and gives the
 //!   count back there, so the sum over slots stays exact even when the coroutine migrated.
-//! - Choosing costs O(log n): a table-name lookup, two binary searches in the cumulative
-//!   weights (or one in the hash ring), and two score comparisons, so 1,000 instances cost
-//!   barely more than 2.
+//! - Choosing costs O(1) in the number of instances: a table-name lookup, two draws from an
+//!   alias table (or one lookup in the hash ring's bucket index, see [`choice`]) and two score
+//!   comparisons, reading a few cache lines of compact per-table arrays and of this worker's
+//!   counters. Tables whose candidates are the same instances share these arrays. A table a
+//!   worker lets go of is freed by the prober, never on the request path.
 //! - Loops cannot happen: a forwarded request carries `X-Clef-Forwarded`, and a request that
 //!   carries it is decided locally (or by the fallback table), never forwarded again.
 //! - `policy: hash` uses a consistent-hash ring over the healthy instances of a table (64
 //!   points each); removing an instance removes only its points, so only its keys move.
 
+mod choice;
 mod client;
 pub mod config;
 pub mod forward;
@@ -116,8 +119,9 @@ pub enum Plan {
     Forward {
         /// the best instance
         first: Target,
-        /// where a failed forward is retried
-        retry: Option<Target>,
+        /// the instance (its index) a failed forward is retried on; its address is looked up
+        /// then, in the table the worker holds after the first attempt
+        retry: Option<u32>,
         /// whether local serves the table (then it is the last resort after `retry`)
         local_serves: bool,
     },
@@ -236,10 +240,10 @@ impl Router {
             return Plan::Local;
         }
         let plan = self.with_table(|t| t.plan(self, ask));
-        match &plan {
-            Plan::Local => self.counters.add(self.local, Field::Routed, 1),
-            Plan::Forward { first, .. } => self.counters.add(first.index as usize, Field::Routed, 1),
-            _ => {}
+        // A remote instance's routed count is its first attempts (forwarded − retried), counted
+        // by `begin_forward`: not a write of its own here.
+        if plan == Plan::Local {
+            self.counters.add(self.local, Field::Routed, 1);
         }
         plan
     }
@@ -251,10 +255,15 @@ impl Router {
         table::with_shard(self, f)
     }
 
-    /// Our own requests in flight to `index`, as this worker counted them.
+    /// Our own requests in flight to `index`, as the worker of `slot` counted them.
     #[inline]
-    fn our_inflight(&self, index: usize) -> f64 {
-        (self.counters.get_here(index, Field::Inflight) as i64).max(0) as f64
+    fn our_inflight_at(&self, slot: usize, index: usize) -> u64 {
+        (self.counters.get_at(slot, index, Field::Inflight) as i64).max(0) as u64
+    }
+
+    /// Where instance `index` is now, from this worker's table (`None`: not known).
+    pub fn target(&self, index: u32) -> Option<Target> {
+        self.with_table(|t| t.target(index))
     }
 
     /// Counts a forward to `target` as in flight until the guard drops; `retry`: a retry.
@@ -293,23 +302,28 @@ impl Router {
         had
     }
 
-    /// Sets what instance `index` at `addr` reported (as a successful probe would) and publishes: for
-    /// benchmarks and tests that route without probing.
-    pub fn report_at(&self, index: usize, addr: std::net::SocketAddr, health: Health) {
+    /// Sets what each instance `index` at `addr` reported (as successful probes would) and
+    /// publishes once: for benchmarks and tests that route without probing.
+    pub fn report(&self, reports: impl IntoIterator<Item = (usize, std::net::SocketAddr, Health)>) {
         let mut control = self.control.lock();
-        if let Some(p) = control.probed.get_mut(index) {
+        let now = Instant::now();
+        for (index, addr, health) in reports {
+            let Some(p) = control.probed.get_mut(index) else { continue };
             p.addr = Some(addr);
+            control.apply_probe(self, index, Ok(health), now);
         }
-        control.apply_probe(self, index, Ok(health), Instant::now());
         self.publish(&mut control);
     }
 
     /// Builds the table from `control` and publishes it.
     fn publish(&self, control: &mut Control) {
         control.generation += 1;
-        let table = InstanceTable::build(self, control, Instant::now());
-        self.published.store(Arc::new(table));
+        let table = InstanceTable::build(self, control, &self.published.load(), Instant::now());
+        let old = self.published.swap(Arc::new(table));
         self.generation.store(control.generation, Ordering::Release);
+        // Out of the `ArcSwap`, a table gains no new holders: a count of 1 is ours alone.
+        control.retired.push(old);
+        control.retired.retain(|t| Arc::strong_count(t) > 1);
     }
 
     /// Every instance's figures, for `GET /metrics`.
@@ -320,11 +334,18 @@ impl Router {
             .enumerate()
             .map(|(i, s)| {
                 let status = &table.status[i];
+                // retries first: each is counted after its forward, so this never goes negative
+                let retried = self.counters.sum(i, Field::Retried);
+                let forwarded = self.counters.sum(i, Field::Forwarded);
                 InstanceFigures {
                     id: s.id.clone(),
-                    routed: self.counters.sum(i, Field::Routed),
-                    forwarded: self.counters.sum(i, Field::Forwarded),
-                    retried: self.counters.sum(i, Field::Retried),
+                    routed: if i == self.local {
+                        self.counters.sum(i, Field::Routed)
+                    } else {
+                        forwarded.saturating_sub(retried)
+                    },
+                    forwarded,
+                    retried,
                     failed: self.counters.sum(i, Field::Failed),
                     ejections: status.ejections,
                     probes_ok: status.probes_ok,
@@ -411,9 +432,11 @@ const FIELDS: usize = 6;
 const LANES: usize = 16;
 
 /// Per-worker counters per instance: each worker slot owns whole cache lines
-/// (`CachePadded` blocks of 16 counters), so workers never write each other's lines.
+/// (`CachePadded` blocks of 16 counters), so workers never write each other's lines. Within a
+/// slot, one field of every instance, then the next field.
 struct Counters {
     slots: usize,
+    instances: usize,
     chunks_per_slot: usize,
     cells: Box<[CachePadded<[AtomicU64; LANES]>]>,
 }
@@ -425,17 +448,21 @@ impl Counters {
         let cells = (0..slots * chunks_per_slot)
             .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
             .collect();
-        Counters { slots, chunks_per_slot, cells }
+        Counters { slots, instances, chunks_per_slot, cells }
     }
 
-    #[inline]
+    /// This worker's slot. Never inlined, for the reason [`table::with_shard`] gives: a forward
+    /// counts before and after it yields.
+    #[inline(never)]
     fn slot_here(&self) -> usize {
         crate::metrics::worker_slot() & (self.slots - 1)
     }
 
     #[inline]
     fn cell(&self, slot: usize, index: usize, field: Field) -> &AtomicU64 {
-        let i = index * FIELDS + field as usize;
+        // field-major: the in-flight counts a route decision reads lie together (8 KB for
+        // 1,000 instances), not one per 48 bytes
+        let i = field as usize * self.instances + index;
         &self.cells[slot * self.chunks_per_slot + i / LANES][i % LANES]
     }
 
@@ -450,8 +477,8 @@ impl Counters {
     }
 
     #[inline]
-    fn get_here(&self, index: usize, field: Field) -> u64 {
-        self.cell(self.slot_here(), index, field).load(Ordering::Relaxed)
+    fn get_at(&self, slot: usize, index: usize, field: Field) -> u64 {
+        self.cell(slot, index, field).load(Ordering::Relaxed)
     }
 
     /// The sum over every slot (wrapping: in-flight counts go down in another slot's cell

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
+use super::choice::{select, AliasTable, Member, Ring};
 use super::probe::Health;
-use super::{mix64, Ask, Field, Plan, Policy, Router, Target, INFLIGHT_LOAD, REGION_BONUS, STALE_AFTER};
+use super::{mix64, Ask, Field, Plan, Policy, Router, Spec, Target, INFLIGHT_LOAD, REGION_BONUS, STALE_AFTER};
 
 /// Points each instance has on a table's hash ring.
 const RING_POINTS: u64 = 64;
@@ -80,6 +81,10 @@ pub(crate) struct Control {
     pub generation: u64,
     pub probed: Vec<Probed>,
     pub failover: BTreeMap<String, String>,
+    /// Tables published before, kept until no worker holds them any more, so that the last
+    /// reference (and the freeing of a table of 1,000 instances) is dropped here, off the
+    /// request path. At most one per worker thread is held (each keeps the one it last saw).
+    pub retired: Vec<Arc<InstanceTable>>,
 }
 
 impl Control {
@@ -101,7 +106,7 @@ impl Control {
             outstanding: false,
             passive_seen: (0, 0),
         };
-        Control { generation: 0, probed: vec![probed; instances], failover: BTreeMap::new() }
+        Control { generation: 0, probed: vec![probed; instances], failover: BTreeMap::new(), retired: Vec::new() }
     }
 
     /// Applies a probe's result to instance `index`.
@@ -199,27 +204,14 @@ impl Control {
     }
 }
 
-/// What the request path reads of one instance.
-#[derive(Debug, Clone, Copy)]
-struct View {
-    addr: Option<SocketAddr>,
-    /// the load it reported
-    load: f64,
-    /// [`REGION_BONUS`] when in our region
-    bonus: f64,
-    /// 1 while probes are fresh, down to 0 at [`STALE_AFTER`]
-    freshness: f64,
-}
-
-/// The instances that serve one table.
+/// The instances that serve one table, as the request path reads them: shared by every table
+/// whose candidates are the same instances.
 #[derive(Debug, Default)]
 struct Candidates {
-    /// candidate instances (healthy or kept)
-    members: Vec<u32>,
-    /// running sums of their published scores, for the weighted draw
-    cumulative: Vec<f64>,
-    /// (point, instance) sorted by point, for `policy: hash`; local's points included
-    ring: Vec<(u64, u32)>,
+    /// the candidate instances (healthy or kept), for the weighted draw
+    alias: AliasTable,
+    /// for `policy: hash`: the ring over them and `local`
+    ring: Option<Arc<Ring>>,
 }
 
 /// What `GET /router` shows of one instance.
@@ -258,8 +250,11 @@ pub struct Status {
 pub struct InstanceTable {
     generation: u64,
     router_uid: u64,
-    views: Box<[View]>,
-    by_table: FxHashMap<Box<str>, Candidates>,
+    /// per instance, where forwards go
+    addrs: Box<[Option<SocketAddr>]>,
+    /// `local`'s region bonus
+    local_bonus: f32,
+    by_table: FxHashMap<Box<str>, Arc<Candidates>>,
     failover: FxHashMap<Box<str>, Box<str>>,
     /// per instance, for `GET /router`
     pub status: Box<[Status]>,
@@ -275,7 +270,8 @@ impl InstanceTable {
         InstanceTable {
             generation: 0,
             router_uid: 0,
-            views: Box::new([]),
+            addrs: Box::new([]),
+            local_bonus: 0.0,
             by_table: FxHashMap::default(),
             failover: FxHashMap::default(),
             status: Box::new([]),
@@ -294,32 +290,39 @@ impl InstanceTable {
         self.by_table.keys().map(|k| &**k)
     }
 
-    /// Builds the table from the health state at `now`.
-    pub(crate) fn build(router: &Router, control: &Control, now: Instant) -> InstanceTable {
+    /// Builds the table from the health state at `now`; `previous` (the table published last)
+    /// lends the hash rings whose instances did not change.
+    pub(crate) fn build(router: &Router, control: &Control, previous: &InstanceTable, now: Instant) -> InstanceTable {
         let interval = Duration::from_millis(router.config.health.interval_ms);
         let ours = router.config.region.as_str();
-        let mut views = Vec::with_capacity(router.specs.len());
-        let mut by_table: FxHashMap<Box<str>, Candidates> = FxHashMap::default();
+        let in_region = |spec: &Spec| !ours.is_empty() && spec.region == ours;
+        let mut addrs = Vec::with_capacity(router.specs.len());
+        // per table, its candidates in instance order
+        let mut members_of: BTreeMap<&str, Vec<Member>> = BTreeMap::new();
         let mut status = Vec::with_capacity(router.specs.len());
         for (i, (spec, p)) in router.specs.iter().zip(&control.probed).enumerate() {
             let local = i == router.local;
-            let bonus = if !ours.is_empty() && spec.region == ours { REGION_BONUS } else { 0.0 };
             let freshness = match p.last_ok {
                 _ if local => 1.0,
                 None => 0.0,
                 Some(at) => freshness(now.saturating_duration_since(at), interval),
             };
-            let load = p.health.as_ref().map_or(1.0, |h| h.load);
-            views.push(View { addr: p.addr, load, bonus, freshness });
+            addrs.push(p.addr);
             let candidate = !local
                 && matches!(p.state, InstanceState::Healthy | InstanceState::Unhealthy)
                 && p.addr.is_some()
                 && freshness > 0.0;
             if let Some(health) = p.health.as_ref().filter(|_| !local) {
+                let member = Member {
+                    instance: i as u32,
+                    load: health.load.clamp(0.0, 1.0) as f32,
+                    freshness: freshness as f32,
+                    in_region: in_region(spec),
+                };
                 for (table, _) in &health.tables {
-                    let entry = by_table.entry(table.as_str().into()).or_default();
+                    let entry = members_of.entry(table.as_str()).or_default();
                     if candidate {
-                        entry.members.push(i as u32);
+                        entry.push(member);
                     }
                 }
             }
@@ -339,31 +342,35 @@ impl InstanceTable {
                 addr: p.addr,
             });
         }
+        // Tables served by the same instances share their candidates; rings (which depend on
+        // the instances only, not on their load) are kept from the previous table.
         let hashing = router.config.policy == Policy::Hash;
-        for candidates in by_table.values_mut() {
-            let mut sum = 0.0;
-            candidates.cumulative = candidates
-                .members
-                .iter()
-                .map(|&m| {
-                    sum += published_score(&views[m as usize]);
-                    sum
-                })
-                .collect();
-            if hashing {
-                let ring_of = |i: u32| {
-                    let id_hash = router.specs[i as usize].id_hash;
-                    (0..RING_POINTS).map(move |v| (mix64(id_hash ^ mix64(v.wrapping_add(1))), i))
-                };
-                let local = router.local as u32;
-                candidates.ring = candidates.members.iter().copied().chain([local]).flat_map(ring_of).collect();
-                candidates.ring.sort_unstable();
+        let mut rings: FxHashMap<Vec<u32>, Arc<Ring>> = FxHashMap::default();
+        for c in previous.by_table.values() {
+            if let Some(ring) = &c.ring {
+                rings.entry(c.alias.instances().collect()).or_insert_with(|| ring.clone());
             }
+        }
+        let mut shared: FxHashMap<Vec<[u32; 4]>, Arc<Candidates>> = FxHashMap::default();
+        let mut by_table = FxHashMap::default();
+        for (table, members) in members_of {
+            let candidates = shared
+                .entry(members.iter().map(Member::bits).collect())
+                .or_insert_with(|| {
+                    let ring = hashing.then(|| {
+                        let instances = members.iter().map(|m| m.instance).collect();
+                        rings.entry(instances).or_insert_with_key(|instances| ring_of(router, instances)).clone()
+                    });
+                    Arc::new(Candidates { alias: AliasTable::new(&members), ring })
+                })
+                .clone();
+            by_table.insert(table.into(), candidates);
         }
         InstanceTable {
             generation: control.generation,
             router_uid: router.uid,
-            views: views.into(),
+            addrs: addrs.into(),
+            local_bonus: if in_region(&router.specs[router.local]) { REGION_BONUS as f32 } else { 0.0 },
             by_table,
             failover: control.failover.iter().map(|(k, v)| (k.as_str().into(), v.as_str().into())).collect(),
             status: status.into(),
@@ -388,44 +395,64 @@ impl InstanceTable {
         let Some(candidates) = self.by_table.get(ask.table) else {
             return if ask.local_serves { Plan::Local } else { Plan::Unknown };
         };
-        if let (Policy::Hash, Some(key)) = (router.config.policy, ask.key) {
-            return self.plan_by_hash(router, candidates, ask, key);
+        if let (Some(ring), Some(key)) = (&candidates.ring, ask.key) {
+            return self.plan_by_hash(router, candidates.alias.len(), ring, ask, key);
         }
-        let members = &candidates.members;
-        if members.is_empty() {
+        let alias = &candidates.alias;
+        if alias.len() == 0 {
             return if ask.local_serves { Plan::Local } else { Plan::NoHealthy };
         }
-        let (a, b) = draw_two(candidates);
-        let score = |i: u32| self.score(router, i as usize);
-        let (sa, sb) = (score(a), b.map_or(f64::MIN, score));
-        let (best, best_score, other, other_score) = match b {
-            Some(b) if sb > sa => (b, sb, Some(a), sa),
-            _ => (a, sa, b, sb),
+        let slot = router.counters.slot_here();
+        let score = |i: usize| {
+            let ours = router.our_inflight_at(slot, alias.instance(i) as usize);
+            alias.score(i, ours as f32 * INFLIGHT_LOAD as f32)
         };
-        let local_score = if ask.local_serves {
-            1.0 - ask.local_load.clamp(0.0, 1.0) + self.views[router.local].bonus
-        } else {
-            f64::MIN
+        let (a, b) = draw_two(alias);
+        let sa = score(a);
+        // the better of the two (`a` on a tie), and the other with its score
+        let (best, best_score, other) = match b {
+            None => (a, sa, None),
+            Some(b) => {
+                let sb = score(b);
+                let best = select(sb > sa, b, a);
+                (best, sa.max(sb), Some((best ^ a ^ b, sa.min(sb))))
+            }
         };
+        let local_score =
+            if ask.local_serves { 1.0 - (ask.local_load.clamp(0.0, 1.0) as f32) + self.local_bonus } else { f32::MIN };
+        // ties prefer local
         if ask.local_serves && local_score >= best_score {
             return Plan::Local;
         }
-        let retry = other.filter(|_| !(ask.local_serves && local_score >= other_score));
-        Plan::Forward { first: self.target(best), retry: retry.map(|i| self.target(i)), local_serves: ask.local_serves }
+        let retry = other.filter(|&(_, other_score)| !(ask.local_serves && local_score >= other_score));
+        self.forward(alias.instance(best), retry.map(|(i, _)| alias.instance(i)), ask.local_serves)
+    }
+
+    /// Forward to `first`, retry on `retry`, then local when it serves the table. (Every
+    /// candidate has an address; were one missing, the next choice stands in.)
+    fn forward(&self, first: u32, retry: Option<u32>, local_serves: bool) -> Plan {
+        if let Some(first) = self.target(first) {
+            return Plan::Forward { first, retry, local_serves };
+        }
+        match retry.and_then(|r| self.target(r)) {
+            Some(first) => Plan::Forward { first, retry: None, local_serves },
+            None if local_serves => Plan::Local,
+            None => Plan::NoHealthy,
+        }
     }
 
     /// `policy: hash`: the first eligible instance clockwise from the key's point, the next
-    /// distinct one for the retry.
-    fn plan_by_hash(&self, router: &Router, candidates: &Candidates, ask: &Ask<'_>, key: u64) -> Plan {
-        let ring = &candidates.ring;
+    /// distinct one for the retry. `remotes`: how many remote instances the ring has.
+    fn plan_by_hash(&self, router: &Router, remotes: usize, ring: &Ring, ask: &Ask<'_>, key: u64) -> Plan {
         let local = router.local as u32;
         let eligible = |i: u32| i != local || ask.local_serves;
-        let start = ring.partition_point(|&(point, _)| point < key);
+        let start = ring.position(key);
         let mut picked: [Option<u32>; 2] = [None, None];
         // with fewer than two eligible instances there is no retry to look for
-        let eligible_count = candidates.members.len() + usize::from(ask.local_serves);
+        let eligible_count = remotes + usize::from(ask.local_serves);
+        // Expected O(1): points are spread evenly, so another instance's point follows soon.
         for k in 0..ring.len() {
-            let (_, i) = ring[(start + k) % ring.len()];
+            let i = ring.instance_at(start + k);
             if !eligible(i) || picked[0] == Some(i) {
                 continue;
             }
@@ -442,31 +469,28 @@ impl InstanceTable {
         match picked {
             [None, _] => Plan::NoHealthy,
             [Some(i), _] if i == local => Plan::Local,
-            [Some(first), retry] => Plan::Forward {
-                first: self.target(first),
-                retry: retry.filter(|&r| r != local).map(|r| self.target(r)),
-                local_serves: ask.local_serves,
-            },
+            [Some(first), retry] => self.forward(first, retry.filter(|&r| r != local), ask.local_serves),
         }
     }
 
-    fn target(&self, index: u32) -> Target {
-        let addr = self.views[index as usize].addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-        Target { index, addr }
-    }
-
-    /// The score now: freshness × (1 − load raised by our in-flight requests + region bonus).
-    #[inline]
-    fn score(&self, router: &Router, index: usize) -> f64 {
-        let v = &self.views[index];
-        let load = (v.load + router.our_inflight(index) * INFLIGHT_LOAD).min(1.0);
-        v.freshness * (1.0 - load + v.bonus)
+    /// Where instance `index` is (`None`: no address known).
+    pub(crate) fn target(&self, index: u32) -> Option<Target> {
+        Some(Target { index, addr: (*self.addrs.get(index as usize)?)? })
     }
 }
 
-/// The score as published (without our in-flight requests): the weight of the draw.
-fn published_score(v: &View) -> f64 {
-    (v.freshness * (1.0 - v.load.clamp(0.0, 1.0) + v.bonus)).max(0.0)
+/// The hash ring of `instances` and `local` ([`RING_POINTS`] points each).
+fn ring_of(router: &Router, instances: &[u32]) -> Arc<Ring> {
+    let points = instances
+        .iter()
+        .copied()
+        .chain([router.local as u32])
+        .flat_map(|i| {
+            let id_hash = router.specs[i as usize].id_hash;
+            (0..RING_POINTS).map(move |v| (Ring::point_of(mix64(id_hash ^ mix64(v.wrapping_add(1)))), i))
+        })
+        .collect();
+    Ring::new(points)
 }
 
 /// 1 until the last successful probe is older than the interval, then down linearly to 0 at
@@ -483,34 +507,24 @@ fn freshness(age: Duration, interval: Duration) -> f64 {
 }
 
 /// Two members drawn at random weighted by their published score, distinct when there are
-/// two or more (the second `None` when there is one).
-fn draw_two(c: &Candidates) -> (u32, Option<u32>) {
-    let n = c.members.len();
-    let total = c.cumulative.last().copied().unwrap_or(0.0);
-    let pick = || -> usize {
-        let r = next_random();
-        if total > 0.0 {
-            let x = (r >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * total;
-            c.cumulative.partition_point(|&s| s <= x).min(n - 1)
-        } else {
-            (r % n as u64) as usize
-        }
-    };
-    let a = pick();
+/// two or more (the second `None` when there is one): positions in `alias`.
+fn draw_two(alias: &AliasTable) -> (usize, Option<usize>) {
+    let n = alias.len();
+    let a = alias.draw(next_random());
     if n == 1 {
-        return (c.members[a], None);
+        return (a, None);
     }
-    let mut b = pick();
+    let mut b = alias.draw(next_random());
     for _ in 0..2 {
         if b != a {
             break;
         }
-        b = pick();
+        b = alias.draw(next_random());
     }
     if b == a {
         b = (a + 1) % n;
     }
-    (c.members[a], Some(c.members[b]))
+    (a, Some(b))
 }
 
 thread_local! {
@@ -522,7 +536,11 @@ thread_local! {
 
 /// Runs `f` on this worker's copy of `router`'s table, fetching the published one when the
 /// generation moved on (or the cached one is another router's).
-#[inline]
+///
+/// Never inlined: a forward yields (and may resume on another worker) between two calls, and
+/// an inlined thread-local access could reuse the address computed before the yield, on the
+/// wrong thread.
+#[inline(never)]
 pub(crate) fn with_shard<R>(router: &Router, f: impl FnOnce(&InstanceTable) -> R) -> R {
     SHARD.with(|shard| {
         let mut shard = shard.borrow_mut();
@@ -571,6 +589,96 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::router::{Ask, Health, InstanceConfig, Plan, RouterConfig};
+
+    /// A router in region JP with `local` and peers `p1..=peers`, each in JP and serving `t`
+    /// at `load` (local-first off: local's load is always above `local_max_load`).
+    fn router_of(peers: usize, load: f64) -> Arc<Router> {
+        let mut instances = vec![InstanceConfig { id: "local".into(), addr: None, region: None }];
+        for i in 1..=peers {
+            instances.push(InstanceConfig {
+                id: format!("p{i}"),
+                addr: Some(format!("127.0.0.1:{}", 20_000 + i)),
+                region: Some("JP".into()),
+            });
+        }
+        let config = RouterConfig { region: "JP".into(), local_max_load: 0.0, instances, ..RouterConfig::default() };
+        let router = Router::new(&config);
+        router.report((1..=peers).map(|i| {
+            let health = Health {
+                load,
+                inflight: 0,
+                tables: vec![("t".into(), "v1".into())],
+                latency: Duration::from_micros(100),
+            };
+            (i, format!("127.0.0.1:{}", 20_000 + i).parse().unwrap(), health)
+        }));
+        router
+    }
+
+    fn ask(local_load: f64) -> Ask<'static> {
+        Ask { table: "t", local_serves: true, local_load, key: None }
+    }
+
+    #[test]
+    fn ties_prefer_local() {
+        // local and every peer score 1 − 0.5 + 0.3 (same region, same load)
+        let router = router_of(3, 0.5);
+        for _ in 0..1000 {
+            assert_eq!(router.route(&ask(0.5)), Plan::Local);
+        }
+        // a peer a little less loaded than local wins
+        for _ in 0..1000 {
+            assert!(matches!(router.route(&ask(0.6)), Plan::Forward { .. }));
+        }
+    }
+
+    #[test]
+    fn the_nth_ejection_lasts_n_times_the_ejection_time_up_to_ten() {
+        let router = router_of(1, 0.5);
+        let health = &router.config.health;
+        let mut control = Control::new(2);
+        control.probed[1].state = InstanceState::Healthy;
+        let mut now = Instant::now();
+        for n in 1..=12u64 {
+            control.failed(&router, 1, health.unhealthy_after, now);
+            let p = &control.probed[1];
+            assert_eq!((p.state, p.ejections), (InstanceState::Ejected, n));
+            let lasts = p.ejected_until.unwrap() - now;
+            assert_eq!(lasts, Duration::from_millis(health.ejection_ms * n.min(10)), "ejection {n}");
+            // a success before the ejection is over does not bring it back
+            control.apply_probe(&router, 1, Ok(healthy()), now + lasts / 2);
+            assert_eq!(control.probed[1].state, InstanceState::Ejected);
+            // after it, `healthy_after` successes do
+            now += lasts;
+            for _ in 0..health.healthy_after {
+                control.apply_probe(&router, 1, Ok(healthy()), now);
+            }
+            assert_eq!(control.probed[1].state, InstanceState::Healthy, "after ejection {n}");
+        }
+        assert_eq!(health.ejection_ms * 10, 300_000, "300 s at most by default");
+    }
+
+    #[test]
+    fn never_more_than_half_of_the_remote_instances_are_ejected() {
+        let router = router_of(5, 0.5);
+        let unhealthy_after = router.config.health.unhealthy_after;
+        let mut control = Control::new(6);
+        for p in &mut control.probed[1..] {
+            p.state = InstanceState::Healthy;
+        }
+        let now = Instant::now();
+        for i in 1..=5 {
+            control.failed(&router, i, unhealthy_after, now);
+        }
+        let states: Vec<InstanceState> = control.probed[1..].iter().map(|p| p.state).collect();
+        use InstanceState::{Ejected, Unhealthy};
+        assert_eq!(states, [Ejected, Ejected, Unhealthy, Unhealthy, Unhealthy]);
+    }
+
+    fn healthy() -> Health {
+        Health { load: 0.1, inflight: 0, tables: vec![("t".into(), "v1".into())], latency: Duration::from_micros(100) }
+    }
 
     #[test]
     fn freshness_decays_linearly_after_the_interval() {

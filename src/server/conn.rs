@@ -461,12 +461,7 @@ fn step<H: Fn(&Request<'_>, &mut Response)>(
             rsp.error(411, "length_required", "chunked bodies are not accepted; send a Content-Length");
             return Err(());
         } else if h.name.eq_ignore_ascii_case("connection") {
-            let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
-            if v.contains("close") {
-                keep_alive = false;
-            } else if v.contains("keep-alive") {
-                keep_alive = true;
-            }
+            keep_alive = keep_alive_after(h.value, keep_alive);
         } else if h.name.eq_ignore_ascii_case("expect") {
             expect_continue = h.value.eq_ignore_ascii_case(b"100-continue");
         }
@@ -514,6 +509,19 @@ fn step<H: Fn(&Request<'_>, &mut Response)>(
 /// `Content-Length` as RFC 9110 has it: one or more digits. A sign, spaces inside, or a
 /// leading zero (`+63`, `00063`) are refused: a lenient proxy in front might read them
 /// differently, which is how requests get smuggled.
+/// Whether a connection stays open after a `Connection: value` header, `keep_alive` being what
+/// the protocol version says without one (the router's client reads peers' answers alike).
+pub(crate) fn keep_alive_after(value: &[u8], keep_alive: bool) -> bool {
+    let v = String::from_utf8_lossy(value).to_ascii_lowercase();
+    if v.contains("close") {
+        false
+    } else if v.contains("keep-alive") {
+        true
+    } else {
+        keep_alive
+    }
+}
+
 fn parse_content_length(value: &[u8]) -> Option<usize> {
     let v = value.trim_ascii();
     let digits_only = !v.is_empty() && v.iter().all(u8::is_ascii_digit);

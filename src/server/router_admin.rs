@@ -97,27 +97,13 @@ pub(super) fn status(app: &App, rsp: &mut Response) {
             Some(e) => write_json_string(e, b),
             None => b.push_str("null"),
         }
-        b.push_str(",\"tables\":{");
-        for (j, (name, version)) in status.tables.iter().enumerate() {
-            if j > 0 {
-                b.push(',');
-            }
-            write_json_string(name, b);
-            b.push(':');
-            write_json_string(version, b);
-        }
-        b.push_str("}}");
+        b.push_str(",\"tables\":");
+        write_string_map(&status.tables, b);
+        b.push('}');
     }
-    b.push_str("],\"failovers\":{");
-    for (i, (from, to)) in table.failovers.iter().enumerate() {
-        if i > 0 {
-            b.push(',');
-        }
-        write_json_string(from, b);
-        b.push(':');
-        write_json_string(to, b);
-    }
-    b.push_str("}}");
+    b.push_str("],\"failovers\":");
+    write_string_map(&table.failovers, b);
+    b.push('}');
 }
 
 /// `POST /router/failover` `{"table": "risk", "to": "backup_rules"}`.
@@ -173,4 +159,18 @@ pub(super) fn clear_failover(app: &App, table: &str, rsp: &mut Response) {
     b.push_str("{\"table\":");
     write_json_string(table, b);
     b.push_str(",\"cleared\":true}");
+}
+
+/// Writes `pairs` as a JSON object of strings (`{"a":"b",...}`).
+fn write_string_map(pairs: &[(String, String)], b: &mut String) {
+    b.push('{');
+    for (i, (key, value)) in pairs.iter().enumerate() {
+        if i > 0 {
+            b.push(',');
+        }
+        write_json_string(key, b);
+        b.push(':');
+        write_json_string(value, b);
+    }
+    b.push('}');
 }
