@@ -4,7 +4,7 @@ use bumpalo::Bump;
 
 use super::ir::{AccessStep, Node};
 use super::ops::{self, BinOp, EvalError, EvalResult, UnOp};
-use super::patterns::GroupState;
+use super::patterns::{GroupState, PatternGroup};
 use super::program::{Program, SlotValue};
 use super::value::{Array, Value};
 
@@ -61,20 +61,33 @@ impl<'a> Ctx<'a> {
         let (Some(pg), Some(state)) = (program.groups.get(group as usize), self.groups.get_mut(group as usize)) else {
             return false;
         };
-        let state = state.get_or_insert_with(|| {
-            let mut state = pg.state();
-            pg.scan(subject, &mut state);
-            state
-        });
+        let state = state.get_or_insert_with(|| scanned(pg, subject));
         pg.test(index as usize, subject, state)
+    }
+
+    /// Group `group`'s literal pass over `subject` (its subject's value), done once per
+    /// decision: by test, whether one of its literals occurred. The rule index reads it; the
+    /// tests of the group answered later reuse the pass.
+    pub(crate) fn group_candidates(&mut self, group: u32, subject: &'a str) -> Option<&[u64]> {
+        let program = self.program;
+        let pg = program.groups.get(group as usize)?;
+        let state = self.groups.get_mut(group as usize)?.get_or_insert_with(|| scanned(pg, subject));
+        Some(&state.candidates)
     }
 }
 
-/// Evaluates an operand, reading slots and memos without a recursive call.
+fn scanned(group: &PatternGroup, subject: &str) -> GroupState {
+    let mut state = group.state();
+    group.scan(subject, &mut state);
+    state
+}
+
+/// Evaluates an operand, reading slots, memos and constants without a recursive call.
 #[inline(always)]
 fn operand<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
     match node {
         Node::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
+        Node::Const(c) => Ok(Value::from_const(c)),
         Node::Memo(m) => match cx.memos.get(*m as usize) {
             Some(Some(v)) => *v,
             _ => cx.memo(*m),
@@ -93,6 +106,7 @@ fn is_predicate(node: &Node) -> bool {
             | Node::StrTest { .. }
             | Node::Regex { .. }
             | Node::PatternHit { .. }
+            | Node::Compare(..)
             | Node::And(_)
             | Node::Or(_)
             | Node::Unary(UnOp::Not, _)
@@ -181,6 +195,20 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
             Ok(false)
         }
         Node::Unary(UnOp::Not, x) => eval_truth(x, cx, "!").map(|b| !b),
+        // comparisons always give a bool
+        Node::Compare(cmp, a, b) => {
+            let x = operand(a, cx)?;
+            let y = operand(b, cx)?;
+            ops::compare_values(*cmp, &x, &y).and_then(|v| ops::truth(&v, op))
+        }
+        // the branch taken must be a bool, as the value of the whole would have to be
+        Node::Ternary(c, a, b) => {
+            if eval_truth(c, cx, "?:")? {
+                eval_truth(a, cx, op)
+            } else {
+                eval_truth(b, cx, op)
+            }
+        }
         _ => with_value(node, cx, |v| ops::truth(v, op)),
     }
 }
@@ -196,21 +224,21 @@ pub(crate) fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
             ops::unary(*op, &v)
         }
         Node::Compare(op, a, b) => {
-            let x = eval(a, cx)?;
-            let y = eval(b, cx)?;
+            let x = operand(a, cx)?;
+            let y = operand(b, cx)?;
             ops::compare_values(*op, &x, &y)
         }
         Node::Chain(first, rest) => {
-            let mut acc = eval(first, cx)?;
+            let mut acc = operand(first, cx)?;
             for (op, item) in rest {
                 acc = if *op == BinOp::Coalesce {
                     if matches!(acc, Value::Nil) {
-                        eval(item, cx)?
+                        operand(item, cx)?
                     } else {
                         acc
                     }
                 } else {
-                    let y = eval(item, cx)?;
+                    let y = operand(item, cx)?;
                     ops::arithmetic(*op, &acc, &y, cx.arena)?
                 };
             }
@@ -228,10 +256,10 @@ pub(crate) fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
             Ok(acc)
         }
         Node::Ternary(c, a, b) => {
-            if ops::truth(&eval(c, cx)?, "?:")? {
-                eval(a, cx)
+            if eval_truth(c, cx, "?:")? {
+                operand(a, cx)
             } else {
-                eval(b, cx)
+                operand(b, cx)
             }
         }
         Node::Array(items) => {

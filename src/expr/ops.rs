@@ -454,7 +454,7 @@ pub(crate) fn contains_member(needle: &Value<'_>, haystack: &Value<'_>) -> Resul
         Value::Nil => Ok(false),
         Value::Array(a) => Ok(a.iter().any(|v| equals(needle, &v))),
         Value::Object(o) => match needle {
-            Value::Str(k) => Ok(o.get(k).is_some()),
+            Value::Str(k) => Ok(o.has_key(k)),
             _ => Err(operands(BinOp::In, needle, haystack)),
         },
         _ => Err(operands(BinOp::In, needle, haystack)),

@@ -55,7 +55,8 @@ pub struct PatternGroup {
 /// What one decision has learnt of a group: which literals occurred, which tests are answered.
 #[derive(Debug, Clone)]
 pub(crate) struct GroupState {
-    candidates: Vec<u64>,
+    /// by test: some literal of it occurred (a prefiltered test without it is false)
+    pub(crate) candidates: Vec<u64>,
     known: Vec<u64>,
     held: Vec<u64>,
     rest: Option<regex::SetMatches>,
@@ -142,6 +143,17 @@ impl PatternGroup {
             patterns.iter_mut().for_each(|p| p.prefiltered = false);
         }
         PatternGroup { patterns, literals, owners, rest }
+    }
+
+    /// How many tests the group answers.
+    pub(crate) fn len(&self) -> usize {
+        self.patterns.len()
+    }
+
+    /// Whether test `index` can hold only when one of its literals occurs: then the literal
+    /// pass alone can prove it false (what the rule index reads).
+    pub(crate) fn prefiltered(&self, index: usize) -> bool {
+        self.patterns.get(index).is_some_and(|p| p.prefiltered)
     }
 
     /// A fresh state for one decision.

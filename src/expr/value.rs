@@ -293,13 +293,44 @@ impl<'a> Object<'a> {
 
     /// The value of `key`; when a key repeats, the last one wins (as in most JSON readers).
     pub fn get(&self, key: &str) -> Option<Value<'a>> {
-        let mut found = None;
-        for (k, v) in self.iter() {
-            if k == key {
-                found = Some(v);
+        match self {
+            // Keys are compared where they lie and values stepped over by their node count:
+            // only the member found is turned into a value.
+            Object::Tape { len, nodes } => {
+                let mut at = 0;
+                let mut found = None;
+                for _ in 0..*len {
+                    let Some(Node::String(k)) = nodes.get(at) else { break };
+                    let value_at = at + 1;
+                    let Some(value) = nodes.get(value_at) else { break };
+                    if *k == key {
+                        found = Some(value_at);
+                    }
+                    at = value_at + node_span(value);
+                }
+                found.map(|i| Value::from_tape(nodes.get(i..).unwrap_or(&[])))
             }
+            Object::Const(c) => c.iter().rev().find(|(k, _)| **k == *key).map(|(_, v)| Value::from_const(v)),
         }
-        found
+    }
+
+    /// Whether `key` is a member (what `"key" in object` asks), without reading any value.
+    pub fn has_key(&self, key: &str) -> bool {
+        match self {
+            Object::Tape { len, nodes } => {
+                let mut at = 0;
+                for _ in 0..*len {
+                    let Some(Node::String(k)) = nodes.get(at) else { return false };
+                    if *k == key {
+                        return true;
+                    }
+                    let Some(value) = nodes.get(at + 1) else { return false };
+                    at += 1 + node_span(value);
+                }
+                false
+            }
+            Object::Const(c) => c.iter().any(|(k, _)| **k == *key),
+        }
     }
 
     /// The members in document order.
