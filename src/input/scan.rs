@@ -25,6 +25,7 @@ use simd_json::{Node, StaticNode};
 use crate::expr::ir::PathSeg;
 use crate::expr::ops::EvalError;
 use crate::expr::program::{descend, Program, SlotValue};
+use crate::expr::value::same_bytes;
 use crate::expr::{Type, Value};
 
 /// Paths longer than this make the table use the full parse (the scan recurses along paths).
@@ -106,6 +107,7 @@ impl ReadPlan {
             n.keys.clear();
             n.indexes.clear();
         }
+
         Some(ReadPlan { nodes, derived, slots: program.paths.len() })
     }
 }
@@ -372,21 +374,21 @@ impl<'s> Scanner<'s> {
         let (end, escaped) = self.string_end()?;
         self.pos = end + 1;
         let plan = self.plan;
-        let keys = &plan.nodes[node].keys;
-        if keys.is_empty() {
+        let n = &plan.nodes[node];
+        if n.keys.is_empty() {
             if escaped {
                 check_escapes(&self.b[start..end])?;
             }
             return Ok(None);
         }
+        let child = |k: &[u8]| n.keys.iter().find(|(name, _)| same_bytes(name.as_bytes(), k)).map(|(_, c)| *c);
         if !escaped {
-            let k = &self.b[start..end];
-            return Ok(keys.iter().find(|(n, _)| n.as_bytes() == k).map(|(_, c)| *c));
+            return Ok(child(&self.b[start..end]));
         }
         let mut key = std::mem::take(&mut self.sc.key);
         key.clear();
         unescape(&self.b[start..end], &mut key)?;
-        let found = keys.iter().find(|(n, _)| **n == *key).map(|(_, c)| *c);
+        let found = child(key.as_bytes());
         self.sc.key = key;
         Ok(found)
     }
@@ -884,7 +886,11 @@ impl<'s> Scanner<'s> {
             Number::Int(v) => Ok(StaticNode::I64(v)),
             // floats, and integers beyond 64 bits (read as the nearest float, as simd-json does)
             Number::Other(a, b) => {
-                let f: f64 = self.text(a as usize, b as usize)?.parse().map_err(|_| GiveUp)?;
+                let text = self.text(a as usize, b as usize)?;
+                if let Some(f) = short_decimal(text.as_bytes()) {
+                    return Ok(StaticNode::F64(f));
+                }
+                let f: f64 = text.parse().map_err(|_| GiveUp)?;
                 if f.is_finite() {
                     Ok(StaticNode::F64(f))
                 } else {
@@ -893,6 +899,46 @@ impl<'s> Scanner<'s> {
             }
         }
     }
+}
+
+/// Powers of ten that are exact floats.
+const EXACT_POWERS_OF_TEN: [f64; 16] =
+    [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+
+/// A decimal without an exponent and of at most 15 digits (`1200.5`, `-0.42`), as the nearest
+/// float: its digits and the power of ten dividing them are exact floats, so one division is
+/// correctly rounded (Clinger's fast path), as a full parse is. `None` for anything else.
+fn short_decimal(text: &[u8]) -> Option<f64> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let mut mantissa: u64 = 0;
+    let mut count = 0;
+    let mut fraction: Option<usize> = None;
+    for &c in digits {
+        match c {
+            b'0'..=b'9' => {
+                mantissa = mantissa * 10 + u64::from(c - b'0');
+                count += 1;
+                if let Some(f) = fraction.as_mut() {
+                    *f += 1;
+                }
+                if count > 15 {
+                    return None;
+                }
+            }
+            b'.' if fraction.is_none() => fraction = Some(0),
+            _ => return None,
+        }
+    }
+    let fraction = fraction.unwrap_or(0);
+    // digits on both sides of a point (the scan has checked the JSON grammar; this holds anyway)
+    if count == fraction || digits.last() == Some(&b'.') {
+        return None;
+    }
+    let value = mantissa as f64 / EXACT_POWERS_OF_TEN.get(fraction)?;
+    Some(if negative { -value } else { value })
 }
 
 /// A number as the scan sees it: an int that fits 64 bits, or the text of anything else.
@@ -1055,6 +1101,49 @@ mod tests {
             }
             assert!(scanned.is_some() || !body.starts_with('{'), "the scan gave up on {body}");
         }
+    }
+
+    /// Short decimals read by the fast path are the floats a full parse gives.
+    #[test]
+    fn short_decimals_are_read_as_the_full_parse_reads_them() {
+        let mut texts: Vec<String> = [
+            "0.0",
+            "-0.0",
+            "1200.5",
+            "0.1",
+            "0.2",
+            "0.3",
+            "0.30000000000000004",
+            "123456789012345",
+            "1.23456789012345",
+            "999999999999999.9",
+            "9007199254740993.0",
+            "0.000000000000001",
+            "00.5",
+            "1.",
+            "1.5e3",
+            "-",
+            ".5",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let digits = (x % 999_999_999_999_999).to_string();
+            let point = (x >> 50) as usize % (digits.len() + 1);
+            texts.push(format!("{}.{}", &digits[..point], &digits[point..]).trim_start_matches('.').to_string());
+        }
+        for t in &texts {
+            let full = t.parse::<f64>().ok();
+            if let Some(fast) = short_decimal(t.as_bytes()) {
+                assert_eq!(Some(fast.to_bits()), full.map(f64::to_bits), "{t}");
+            }
+        }
+        assert!(short_decimal(b"1200.5").is_some() && short_decimal(b"1.5e3").is_none());
     }
 
     #[test]

@@ -56,7 +56,7 @@ use crate::expr::ir::Node;
 use crate::expr::ops::{self, BinOp, EvalError, UnOp};
 use crate::expr::program::{Program, SlotValue};
 use crate::expr::safety::{self, Classes, FieldRef, Requirements, Safety};
-use crate::expr::value::{Array, Const, Object, Type, Value};
+use crate::expr::value::{same_bytes, Array, Const, Object, Type, Value};
 
 /// Upper bound on one field's bitsets, in bytes; a field needing more is not indexed.
 const MAX_FIELD_BYTES: usize = 4 << 20;
@@ -97,7 +97,7 @@ type MemberObject = [(Box<str>, Const); 1];
 #[derive(Debug)]
 struct FieldIndex {
     source: Source,
-    strings: FxHashMap<Box<str>, u32>,
+    strings: StringAtoms,
     numbers: Vec<Const>,
     /// the numbers as floats, when every one is exactly a float
     floats: Option<Vec<f64>>,
@@ -107,6 +107,42 @@ struct FieldIndex {
     /// per atom: the row of `unsafe_bits` to OR, if it is not all zeros
     unsafe_rows: Vec<u32>,
     unsafe_bits: Vec<u64>,
+}
+
+/// A field's literal strings and their atoms. Most fields have a few: those are compared in
+/// turn (lengths first, which tell most apart), cheaper than hashing the input's string.
+#[derive(Debug)]
+enum StringAtoms {
+    Few(Vec<(Box<str>, u32)>),
+    Many(FxHashMap<Box<str>, u32>),
+}
+
+/// Up to this many strings are compared in turn.
+const FEW_STRINGS: usize = 8;
+
+impl StringAtoms {
+    fn new(strings: Vec<(Box<str>, u32)>) -> StringAtoms {
+        if strings.len() <= FEW_STRINGS {
+            StringAtoms::Few(strings)
+        } else {
+            StringAtoms::Many(strings.into_iter().collect())
+        }
+    }
+
+    #[inline]
+    fn get(&self, s: &str) -> Option<u32> {
+        match self {
+            StringAtoms::Few(all) => all.iter().find(|(k, _)| same_bytes(k.as_bytes(), s.as_bytes())).map(|(_, a)| *a),
+            StringAtoms::Many(map) => map.get(s).copied(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            StringAtoms::Few(all) => all.len(),
+            StringAtoms::Many(map) => map.len(),
+        }
+    }
 }
 
 const NO_ROW: u32 = u32::MAX;
@@ -155,6 +191,14 @@ pub struct RuleIndex {
 /// The rules an input leaves possible, as a bitset over columns.
 pub struct Candidates {
     bits: Words,
+}
+
+impl Candidates {
+    /// Room for the candidates of `index`, filled by [`RuleIndex::select`]: made by the caller,
+    /// in place, so that a decision does not copy a bitset around.
+    pub fn for_index(index: &RuleIndex) -> Candidates {
+        Candidates { bits: Words::filled(index.words, u64::MAX) }
+    }
 }
 
 /// A bitset's words: on the stack for tables of up to 1024 columns.
@@ -511,14 +555,14 @@ impl RuleIndex {
         self.fields.iter().filter(|f| !f.keep.is_empty()).count() + self.groups.len()
     }
 
-    /// Looks up the input's atoms: the columns (hence rules) still possible. Shared
-    /// sub-expressions the index reads are computed (once) into `cx`.
-    pub fn select(&self, cx: &mut Ctx<'_>) -> Candidates {
-        let mut keep = Words::filled(self.words, u64::MAX);
+    /// Looks up the input's atoms: the columns (hence rules) still possible, into `candidates`
+    /// (made by [`Candidates::for_index`]). Shared sub-expressions the index reads are computed
+    /// (once) into `cx`.
+    pub fn select(&self, cx: &mut Ctx<'_>, candidates: &mut Candidates) {
         let mut extra = Words::filled(self.words, 0);
-        extra.get_mut().copy_from_slice(&self.always);
         {
-            let (keep, extra) = (keep.get_mut(), extra.get_mut());
+            let (keep, extra) = (candidates.bits.get_mut(), extra.get_mut());
+            keep.iter_mut().for_each(|k| *k = u64::MAX);
             for f in &self.fields {
                 let atom = f.atom(cx);
                 let row = f.keep_rows.get(atom).copied().unwrap_or(NO_ROW);
@@ -539,9 +583,10 @@ impl RuleIndex {
             for g in &self.groups {
                 g.select(cx, keep, extra, self.words);
             }
-            keep.iter_mut().zip(extra.iter()).for_each(|(k, e)| *k |= e);
+            for ((k, e), a) in keep.iter_mut().zip(extra.iter()).zip(&self.always) {
+                *k |= e | a;
+            }
         }
-        Candidates { bits: keep }
     }
 
     /// Calls `visit` with each rule that may match, in rule order, among those set in
@@ -835,7 +880,9 @@ fn build_field(
     if keep_out.is_empty() && unsafe_out.is_empty() {
         return None;
     }
-    let strings = table.strings.iter().enumerate().map(|(i, s)| (Box::<str>::from(*s), (FIXED + i) as u32)).collect();
+    let strings = StringAtoms::new(
+        table.strings.iter().enumerate().map(|(i, s)| (Box::<str>::from(*s), (FIXED + i) as u32)).collect(),
+    );
     debug_assert!(matches!(src, Source::Test(..)) || table.number_base == FIXED + table.strings.len());
     let floats = table
         .numbers
@@ -888,7 +935,7 @@ impl FieldIndex {
             Ok(Value::Nil) => NIL,
             Ok(Value::Bool(true)) => TRUE,
             Ok(Value::Bool(false)) => FALSE,
-            Ok(Value::Str(s)) => self.strings.get(s).map_or(OTHER_STRING, |a| *a as usize),
+            Ok(Value::Str(s)) => self.strings.get(s).map_or(OTHER_STRING, |a| a as usize),
             Ok(Value::Array(_)) => ARRAY,
             Ok(Value::Object(_)) => OBJECT,
             Ok(n @ (Value::Int(_) | Value::Float(_))) => {

@@ -4,7 +4,7 @@
 use bumpalo::Bump;
 use rustc_hash::FxHashMap;
 
-use super::index::RuleIndex;
+use super::index::{Candidates, RuleIndex};
 use super::template::{MissingValue, Template};
 use crate::expr::ast::{Expr, ExprKind, Step};
 use crate::expr::compile::compile_program;
@@ -253,11 +253,15 @@ impl RuleEngine {
     /// parse — which also gives every error a body can have.
     pub fn decide_body(&self, body: &[u8], explain: bool, max_depth: usize) -> Result<Decision, InputError> {
         if let (false, Some(plan)) = (explain, &self.plan) {
-            let scanned = scan::with_scanned(body, plan, max_depth, |slots| {
+            // written in place: a decision is large, and each move through the closures copies it
+            let mut decision = None;
+            scan::with_scanned(body, plan, max_depth, |slots| {
                 // a schema mismatch is answered by the full path, which names the field
-                self.schema.passes(&slots).then(|| self.evaluate(slots, &Value::Nil, false))
+                if self.schema.passes(&slots) {
+                    decision = Some(self.evaluate(slots, &Value::Nil, false));
+                }
             });
-            if let Some(Some(decision)) = scanned {
+            if let Some(decision) = decision {
                 return Ok(decision);
             }
         }
@@ -277,7 +281,8 @@ impl RuleEngine {
         let arena = Bump::new();
         let mut cx = Ctx::with_slots(&self.program, &arena, slots);
         let mut decision = Decision { trace: explain.then(Vec::new), ..Decision::default() };
-        let candidates = self.index.select(&mut cx);
+        let mut candidates = Candidates::for_index(&self.index);
+        self.index.select(&mut cx, &mut candidates);
         self.index.for_each(&candidates, &self.enabled, |r| {
             decision.evaluated += 1;
             let outcome = eval::eval_condition(&self.program.exprs[r], &mut cx);
