@@ -6,7 +6,7 @@ use super::ir::{AccessStep, Node};
 use super::ops::{self, BinOp, EvalError, EvalResult, UnOp};
 use super::patterns::{GroupState, PatternGroup};
 use super::program::{Program, SlotValue};
-use super::value::{Array, Value};
+use super::value::{same_bytes, Array, Const, Value};
 
 /// Everything one decision's evaluation needs; cheap to create.
 pub struct Ctx<'a> {
@@ -115,6 +115,9 @@ fn is_predicate(node: &Node) -> bool {
 
 /// Evaluates a rule's condition: true matches; false and nil do not; anything else is an error.
 pub fn eval_condition<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> Result<bool, EvalError> {
+    if let Some(holds) = leaf_truth(node, cx) {
+        return Ok(holds);
+    }
     if is_predicate(node) {
         eval_truth(node, cx, "?")
     } else {
@@ -139,6 +142,77 @@ fn with_value<'a, R>(
     let v = operand(node, cx)?;
     f(&v)
 }
+
+/// The truth of the conjuncts most rules are made of — a field compared with a constant, a
+/// bool field, its negation — in place, without a call: `None` for any other node, and for an
+/// input value the general path must judge (an error, a type the test does not take, NaN),
+/// which then gives the same answer.
+#[inline(always)]
+fn leaf_truth<'a>(node: &'a Node, cx: &Ctx<'a>) -> Option<bool> {
+    let slot = |n: &Node| match n {
+        Node::Slot(s) => match cx.slots.get(*s as usize) {
+            Some(Ok(v)) => Some(*v),
+            Some(Err(_)) => None,
+            None => Some(Value::Nil),
+        },
+        _ => None,
+    };
+    match node {
+        Node::EqConst { operand, value, negate } => {
+            let v = slot(operand)?;
+            let same = match (&v, value) {
+                (Value::Str(a), Const::Str(b)) => same_bytes(a.as_bytes(), b.as_bytes()),
+                (Value::Int(a), Const::Int(b)) => a == b,
+                (Value::Bool(a), Const::Bool(b)) => a == b,
+                (Value::Nil, Const::Nil) => true,
+                (Value::Str(_) | Value::Bool(_) | Value::Nil, Const::Int(_) | Const::Float(_))
+                | (Value::Int(_) | Value::Float(_) | Value::Bool(_) | Value::Nil, Const::Str(_)) => false,
+                _ => return None,
+            };
+            Some(same != *negate)
+        }
+        Node::CmpConst { operand, op, value, const_left } => {
+            let v = slot(operand)?;
+            let ord = match (v, value) {
+                (Value::Int(a), Const::Int(b)) => a.cmp(b),
+                (Value::Float(a), Const::Float(b)) => a.partial_cmp(b)?,
+                // ints up to 2^53 are exact floats
+                (Value::Float(a), Const::Int(b)) if b.unsigned_abs() <= EXACT_INT => a.partial_cmp(&(*b as f64))?,
+                (Value::Int(a), Const::Float(b)) if a.unsigned_abs() <= EXACT_INT => (a as f64).partial_cmp(b)?,
+                _ => return None,
+            };
+            let ord = if *const_left { ord.reverse() } else { ord };
+            Some(match op {
+                BinOp::Lt => ord.is_lt(),
+                BinOp::Le => ord.is_le(),
+                BinOp::Gt => ord.is_gt(),
+                BinOp::Ge => ord.is_ge(),
+                _ => return None,
+            })
+        }
+        Node::InSet { operand, set, negate } => {
+            let Value::Str(s) = slot(operand)? else { return None };
+            let found = match &set.strings {
+                Some(strings) => strings.contains(s),
+                // an item of another type is never equal to a string
+                None => set.items.iter().any(|c| matches!(c, Const::Str(b) if same_bytes(s.as_bytes(), b.as_bytes()))),
+            };
+            Some(found != *negate)
+        }
+        Node::Slot(_) => match slot(node)? {
+            Value::Bool(b) => Some(b),
+            _ => None,
+        },
+        Node::Unary(UnOp::Not, x) => match slot(x)? {
+            Value::Bool(b) => Some(!b),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Ints of at most this magnitude are exactly floats.
+const EXACT_INT: u64 = 1 << 53;
 
 /// Evaluates a node whose value must be a bool (an operand of `&&`, `||`, `!`),
 /// without building a [`Value`] for the common predicates. `op` names the
@@ -180,7 +254,11 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         },
         Node::And(items) => {
             for item in items {
-                if !eval_truth(item, cx, "&&")? {
+                let holds = match leaf_truth(item, cx) {
+                    Some(b) => b,
+                    None => eval_truth(item, cx, "&&")?,
+                };
+                if !holds {
                     return Ok(false);
                 }
             }
@@ -188,7 +266,11 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         }
         Node::Or(items) => {
             for item in items {
-                if eval_truth(item, cx, "||")? {
+                let holds = match leaf_truth(item, cx) {
+                    Some(b) => b,
+                    None => eval_truth(item, cx, "||")?,
+                };
+                if holds {
                     return Ok(true);
                 }
             }

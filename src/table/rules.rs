@@ -252,20 +252,23 @@ impl RuleEngine {
     /// (see `input::scan`); a body the scan does not vouch for, and explain, take the full
     /// parse — which also gives every error a body can have.
     pub fn decide_body(&self, body: &[u8], explain: bool, max_depth: usize) -> Result<Decision, InputError> {
-        if let (false, Some(plan)) = (explain, &self.plan) {
-            // written in place: a decision is large, and each move through the closures copies it
-            let mut decision = None;
+        // One result, returned on every path, is the caller's: the decision is written where
+        // it is read (it is large, and a move through the closures would copy it).
+        let mut out = Ok(Decision::default());
+        let mut decided = false;
+        if let (false, Some(plan), Ok(decision)) = (explain, &self.plan, &mut out) {
             scan::with_scanned(body, plan, max_depth, |slots| {
                 // a schema mismatch is answered by the full path, which names the field
                 if self.schema.passes(&slots) {
-                    decision = Some(self.evaluate(slots, &Value::Nil, false));
+                    self.evaluate(slots, &Value::Nil, false, decision);
+                    decided = true;
                 }
             });
-            if let Some(decision) = decision {
-                return Ok(decision);
-            }
         }
-        input::with_parsed(body, max_depth, |root| self.decide(&root, explain))?
+        if !decided {
+            out = input::with_parsed(body, max_depth, |root| self.decide(&root, explain)).and_then(|d| d);
+        }
+        out
     }
 
     /// Decides one input object: the first enabled rule whose condition is
@@ -273,26 +276,30 @@ impl RuleEngine {
     pub fn decide(&self, root: &Value<'_>, explain: bool) -> Result<Decision, InputError> {
         let slots = self.program.fill_slots(root);
         self.schema.check(&slots, root)?;
-        Ok(self.evaluate(slots, root, explain))
+        let mut decision = Decision::default();
+        self.evaluate(slots, root, explain, &mut decision);
+        Ok(decision)
     }
 
-    /// The first enabled rule whose condition holds on `slots` (read from `root`).
-    fn evaluate<'a>(&'a self, slots: Vec<SlotValue<'a>>, root: &Value<'_>, explain: bool) -> Decision {
+    /// The first enabled rule whose condition holds on `slots` (read from `root`), into
+    /// `decision` (a fresh one).
+    fn evaluate<'a>(&'a self, slots: Vec<SlotValue<'a>>, root: &Value<'_>, explain: bool, decision: &mut Decision) {
         let arena = Bump::new();
         let mut cx = Ctx::with_slots(&self.program, &arena, slots);
-        let mut decision = Decision { trace: explain.then(Vec::new), ..Decision::default() };
+        if explain {
+            decision.trace = Some(Vec::new());
+        }
         let mut candidates = Candidates::for_index(&self.index);
         self.index.select(&mut cx, &mut candidates);
         self.index.for_each(&candidates, &self.enabled, |r| {
             decision.evaluated += 1;
             let outcome = eval::eval_condition(&self.program.exprs[r], &mut cx);
-            self.record(&mut decision, r, outcome, root, &cx.slots);
+            self.record(decision, r, outcome, root, &cx.slots);
             decision.rule.is_some()
         });
         if explain {
             decision.skipped = self.enabled_before(decision.rule) - decision.evaluated;
         }
-        decision
     }
 
     /// The same decision by the reference evaluator: the schema walked path by
