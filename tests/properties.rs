@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use clef::expr::{Env, Expression};
-use clef::table::{Limits, Table};
+use clef::table::{Decision, Limits, Table};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
@@ -281,6 +281,7 @@ proptest! {
                 prop_assert_eq!(table.action_json(&fast), table.action_json(&slow));
                 prop_assert_eq!(fast.degraded, slow.degraded);
                 prop_assert_eq!(&fast.warnings, &slow.warnings, "explain {} input {} table {}", explain, body, table_json);
+                same_trace(&fast, &slow)?;
             }
         }
         // the same rules written as a YAML rule set decide the same, warnings included
@@ -388,9 +389,22 @@ proptest! {
                 let fast = table.decide(body.as_bytes(), explain).expect("valid input");
                 prop_assert_eq!(fast.rule, slow.rule, "explain {} input {} table {}", explain, body, table_json);
                 prop_assert_eq!(&fast.warnings, &slow.warnings, "explain {} input {} table {}", explain, body, table_json);
+                same_trace(&fast, &slow)?;
             }
         }
     }
+}
+
+/// With explain, each rule the fast path tried is in the reference's trace (which tries every
+/// rule) with the same outcome and the same reason.
+fn same_trace(fast: &Decision, slow: &Decision) -> Result<(), TestCaseError> {
+    let Some(trace) = &fast.trace else { return Ok(()) };
+    let reference = slow.trace.as_ref().expect("the reference decision has a trace");
+    for entry in trace {
+        let found = reference.iter().find(|e| e.rule == entry.rule);
+        prop_assert_eq!(Some(entry), found, "trace of rule {}", entry.rule);
+    }
+    Ok(())
 }
 
 proptest! {
