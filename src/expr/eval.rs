@@ -285,11 +285,8 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         }
         // the branch taken must be a bool, as the value of the whole would have to be
         Node::Ternary(c, a, b) => {
-            if eval_truth(c, cx, "?:")? {
-                eval_truth(a, cx, op)
-            } else {
-                eval_truth(b, cx, op)
-            }
+            let branch = if leaf_truth(c, cx).map_or_else(|| eval_truth(c, cx, "?:"), Ok)? { a } else { b };
+            leaf_truth(branch, cx).map_or_else(|| eval_truth(branch, cx, op), Ok)
         }
         _ => with_value(node, cx, |v| ops::truth(v, op)),
     }
