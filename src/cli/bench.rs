@@ -42,8 +42,8 @@ pub fn run(table_path: &Path, input_path: &Path, n: usize, json: bool, explain: 
     }
     let total = started.elapsed();
     samples.sort_by(f64::total_cmp);
-    let median = samples[samples.len() / 2];
-    let p99 = samples[((samples.len() as f64 * 0.99) as usize).min(samples.len() - 1)];
+    let at = |q: f64| samples.get((samples.len() as f64 * q) as usize).or(samples.last()).copied().unwrap_or(0.0);
+    let (median, p99) = (at(0.5), at(0.99));
     let per_second = n as f64 / total.as_secs_f64();
     let compile_ms = table.compile_time.as_secs_f64() * 1e3;
     if json {
@@ -75,7 +75,7 @@ fn clock_overhead_ns() -> f64 {
         })
         .collect();
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn human_ns(ns: f64) -> String {

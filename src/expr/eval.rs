@@ -395,20 +395,28 @@ mod smallvec_args {
         }
 
         pub fn push(&mut self, v: Value<'a>) {
-            if self.len < 3 && self.spill.is_empty() {
-                self.inline[self.len] = v;
-                self.len += 1;
-            } else {
-                if self.spill.is_empty() {
-                    self.spill.extend_from_slice(&self.inline[..self.len]);
+            match self.inline.get_mut(self.len).filter(|_| self.spill.is_empty()) {
+                Some(slot) => {
+                    *slot = v;
+                    self.len += 1;
                 }
-                self.spill.push(v);
+                None => {
+                    if self.spill.is_empty() {
+                        let used = self.inline.split_at(self.len.min(3)).0;
+                        self.spill.extend_from_slice(used);
+                    }
+                    self.spill.push(v);
+                }
             }
+        }
+
+        fn inline_used(&self) -> &[Value<'a>] {
+            self.inline.split_at(self.len.min(3)).0
         }
 
         pub fn as_slice(&self) -> &[Value<'a>] {
             if self.spill.is_empty() {
-                &self.inline[..self.len]
+                self.inline_used()
             } else {
                 &self.spill
             }

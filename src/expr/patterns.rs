@@ -100,8 +100,8 @@ impl PatternGroup {
                         literals.len() - 1
                     }
                 };
-                if owners[at].last() != Some(&(i as u32)) {
-                    owners[at].push(i as u32);
+                if let Some(owned) = owners.get_mut(at).filter(|o| o.last() != Some(&(i as u32))) {
+                    owned.push(i as u32);
                 }
             }
             patterns.push(Pattern { test, prefiltered, in_rest: None });
@@ -123,7 +123,9 @@ impl PatternGroup {
         };
         if rest.is_some() {
             for (n, i) in rest_ids.into_iter().enumerate() {
-                patterns[i].in_rest = Some(n as u32);
+                if let Some(p) = patterns.get_mut(i) {
+                    p.in_rest = Some(n as u32);
+                }
             }
         }
         let literals = if literals.is_empty() {

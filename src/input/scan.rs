@@ -54,6 +54,9 @@ struct PlanNode {
 
 impl ReadPlan {
     /// The plan of `program`'s read slots; `None` when a path is too long to follow.
+    // Load time: every index is a node this function pushed, a slot of `program`, or a
+    // position on a trail as long as its (non-empty) path.
+    #[allow(clippy::indexing_slicing)]
     pub(crate) fn new(program: &Program) -> Option<ReadPlan> {
         let mut nodes = vec![PlanNode::default()];
         let mut ends: Vec<(u32, Vec<u32>)> = Vec::new(); // slot, nodes on its path
@@ -271,6 +274,32 @@ enum Kind {
 }
 
 impl<'s> Scanner<'s> {
+    /// Plan node `i` (plans only name their own nodes: a miss gives up rather than panics).
+    #[inline(always)]
+    fn node(&self, i: usize) -> Scan<&'s PlanNode> {
+        self.plan.nodes.get(i).ok_or(GiveUp)
+    }
+
+    /// The body's bytes `a..b`.
+    #[inline(always)]
+    fn bytes(&self, a: usize, b: usize) -> Scan<&'s [u8]> {
+        self.b.get(a..b).ok_or(GiveUp)
+    }
+
+    #[inline(always)]
+    fn set_raw(&mut self, slot: u32, raw: Raw) {
+        if let Some(r) = self.sc.raw.get_mut(slot as usize) {
+            *r = raw;
+        }
+    }
+
+    #[inline(always)]
+    fn set_visited(&mut self, node: usize, visited: bool) {
+        if let Some(v) = self.sc.visited.get_mut(node) {
+            *v = visited;
+        }
+    }
+
     #[inline(always)]
     fn ws(&mut self) {
         while let Some(&c) = self.b.get(self.pos) {
@@ -347,11 +376,11 @@ impl<'s> Scanner<'s> {
             match child {
                 Some(c) => {
                     let c = c as usize;
-                    if self.sc.visited[c] {
+                    if self.sc.visited.get(c).copied().unwrap_or(false) {
                         // a repeated key: the last one wins
-                        self.reset(c);
+                        self.reset(c)?;
                     }
-                    self.sc.visited[c] = true;
+                    self.set_visited(c, true);
                     self.value(c, depth + 1)?;
                 }
                 None => self.skip(depth + 1)?,
@@ -373,49 +402,47 @@ impl<'s> Scanner<'s> {
         let start = self.pos + 1;
         let (end, escaped) = self.string_end()?;
         self.pos = end + 1;
-        let plan = self.plan;
-        let n = &plan.nodes[node];
+        let n = self.node(node)?;
+        let text = self.bytes(start, end)?;
         if n.keys.is_empty() {
             if escaped {
-                check_escapes(&self.b[start..end])?;
+                check_escapes(text)?;
             }
             return Ok(None);
         }
         let child = |k: &[u8]| n.keys.iter().find(|(name, _)| same_bytes(name.as_bytes(), k)).map(|(_, c)| *c);
         if !escaped {
-            return Ok(child(&self.b[start..end]));
+            return Ok(child(text));
         }
         let mut key = std::mem::take(&mut self.sc.key);
         key.clear();
-        unescape(&self.b[start..end], &mut key)?;
+        unescape(text, &mut key)?;
         let found = child(key.as_bytes());
         self.sc.key = key;
         Ok(found)
     }
 
     /// Forgets what an earlier member with the same key set.
-    fn reset(&mut self, node: usize) {
-        let plan = self.plan;
-        let n = &plan.nodes[node];
-        if let Some(s) = n.slot {
-            self.sc.raw[s as usize] = Raw::Nil;
+    fn reset(&mut self, node: usize) -> Scan<()> {
+        let n = self.node(node)?;
+        for &s in n.slot.iter().chain(&n.below) {
+            self.set_raw(s, Raw::Nil);
         }
-        for &s in &n.below {
-            self.sc.raw[s as usize] = Raw::Nil;
+        for &(_, c) in &n.keys {
+            self.set_visited(c as usize, false);
         }
-        let children: Vec<u32> = n.keys.iter().map(|(_, c)| *c).chain(n.indexes.iter().map(|(_, c)| *c)).collect();
-        for c in children {
-            self.sc.visited[c as usize] = false;
+        for &(_, c) in &n.indexes {
+            self.set_visited(c as usize, false);
         }
+        Ok(())
     }
 
     /// The value at the cursor, for plan node `node`: kept whole, or followed.
     fn value(&mut self, node: usize, depth: usize) -> Scan<()> {
-        let plan = self.plan;
-        let n = &plan.nodes[node];
+        let n = self.node(node)?;
         if let Some(slot) = n.slot {
             let raw = self.keep(depth)?;
-            self.sc.raw[slot as usize] = raw;
+            self.set_raw(slot, raw);
             return Ok(());
         }
         match self.kind()? {
@@ -447,7 +474,7 @@ impl<'s> Scanner<'s> {
                     self.literal(if other == Kind::True { b"true" } else { b"false" })?;
                 }
                 for &s in &n.below {
-                    self.sc.raw[s as usize] = Raw::Err(EvalError::NotIndexable { ty });
+                    self.set_raw(s, Raw::Err(EvalError::NotIndexable { ty }));
                 }
                 Ok(())
             }
@@ -456,10 +483,9 @@ impl<'s> Scanner<'s> {
 
     /// Every read slot at or below `node` fails with `e`.
     fn fail_below(&mut self, node: usize, e: EvalError) {
-        let plan = self.plan;
-        let n = &plan.nodes[node];
+        let Ok(n) = self.node(node) else { return };
         for &s in n.slot.iter().chain(&n.below) {
-            self.sc.raw[s as usize] = Raw::Err(e);
+            self.set_raw(s, Raw::Err(e));
         }
     }
 
@@ -468,8 +494,7 @@ impl<'s> Scanner<'s> {
         if depth > self.max_depth {
             return Err(GiveUp);
         }
-        let plan = self.plan;
-        let wanted = &plan.nodes[node].indexes;
+        let wanted = &self.node(node)?.indexes;
         let from_end = wanted.iter().any(|(i, _)| *i < 0);
         let first_offset = self.sc.offsets.len();
         self.pos += 1; // `[`
@@ -589,7 +614,7 @@ impl<'s> Scanner<'s> {
                 }
                 let Some(top) = self.sc.open.last_mut() else { return Err(GiveUp) };
                 top.1 += 1;
-                let object = matches!(self.sc.tape[top.0], RawNode::Object { .. });
+                let object = matches!(self.sc.tape.get(top.0), Some(RawNode::Object { .. }));
                 self.ws();
                 match self.peek()? {
                     b',' => {
@@ -624,10 +649,12 @@ impl<'s> Scanner<'s> {
     fn close_container(&mut self) {
         let Some((start, len)) = self.sc.open.pop() else { return };
         let count = self.sc.tape.len() - start - 1;
-        self.sc.tape[start] = match self.sc.tape[start] {
-            RawNode::Object { .. } => RawNode::Object { len, count },
-            _ => RawNode::Array { len, count },
-        };
+        if let Some(node) = self.sc.tape.get_mut(start) {
+            *node = match node {
+                RawNode::Object { .. } => RawNode::Object { len, count },
+                _ => RawNode::Array { len, count },
+            };
+        }
     }
 
     /// Steps over the value at the cursor, checking it (iteratively: nesting is deep).
@@ -751,7 +778,7 @@ impl<'s> Scanner<'s> {
     fn skip_string(&mut self) -> Scan<()> {
         let (end, escaped) = self.string_end()?;
         if escaped {
-            check_escapes(&self.b[self.pos + 1..end])?;
+            check_escapes(self.bytes(self.pos + 1, end)?)?;
         }
         self.pos = end + 1;
         Ok(())
@@ -766,7 +793,7 @@ impl<'s> Scanner<'s> {
             return Ok(StrRef::Body(start as u32, end as u32));
         }
         let from = self.sc.buf.len();
-        unescape(&self.b[start..end], &mut self.sc.buf)?;
+        unescape(self.bytes(start, end)?, &mut self.sc.buf)?;
         Ok(StrRef::Buf(from as u32, self.sc.buf.len() as u32))
     }
 
@@ -951,8 +978,8 @@ enum Number {
 /// Checks the escapes of a string's content (between its quotes).
 fn check_escapes(s: &[u8]) -> Scan<()> {
     let mut i = 0;
-    while i < s.len() {
-        if s[i] != b'\\' {
+    while let Some(&c) = s.get(i) {
+        if c != b'\\' {
             i += 1;
             continue;
         }
@@ -998,12 +1025,13 @@ fn escaped_char(s: &[u8], i: usize) -> Scan<(char, usize)> {
 fn unescape(s: &[u8], out: &mut String) -> Scan<()> {
     let mut i = 0;
     let mut run = 0;
-    while i < s.len() {
-        if s[i] != b'\\' {
+    let text = |a: usize, b: usize| s.get(a..b).and_then(|t| std::str::from_utf8(t).ok()).ok_or(GiveUp);
+    while let Some(&c) = s.get(i) {
+        if c != b'\\' {
             i += 1;
             continue;
         }
-        out.push_str(std::str::from_utf8(&s[run..i]).map_err(|_| GiveUp)?);
+        out.push_str(text(run, i)?);
         let (c, used) = match s.get(i + 1) {
             Some(b'"') => ('"', 2),
             Some(b'\\') => ('\\', 2),
@@ -1020,7 +1048,7 @@ fn unescape(s: &[u8], out: &mut String) -> Scan<()> {
         i += used;
         run = i;
     }
-    out.push_str(std::str::from_utf8(&s[run..]).map_err(|_| GiveUp)?);
+    out.push_str(text(run, s.len())?);
     Ok(())
 }
 

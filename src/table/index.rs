@@ -220,14 +220,14 @@ impl Words {
 
     fn get(&self) -> &[u64] {
         match self {
-            Words::Inline(w, n) => &w[..*n],
+            Words::Inline(w, n) => w.split_at((*n).min(INLINE_WORDS)).0,
             Words::Heap(v) => v,
         }
     }
 
     fn get_mut(&mut self) -> &mut [u64] {
         match self {
-            Words::Inline(w, n) => &mut w[..*n],
+            Words::Inline(w, n) => w.split_at_mut((*n).min(INLINE_WORDS)).0,
             Words::Heap(v) => v,
         }
     }
@@ -317,8 +317,9 @@ fn term_source(node: &Node) -> Option<Source> {
         Node::StrTest { operand: x, op, needle, .. } => Some(Source::Test(*op, field_ref(x)?, needle.clone())),
         Node::Unary(UnOp::Not, x) => term_source(x),
         Node::And(items) | Node::Or(items) => {
-            let first = term_source(items.first()?)?;
-            items[1..].iter().all(|i| term_source(i).as_ref() == Some(&first)).then_some(first)
+            let (first, rest) = items.split_first()?;
+            let first = term_source(first)?;
+            rest.iter().all(|i| term_source(i).as_ref() == Some(&first)).then_some(first)
         }
         _ => None,
     }
@@ -430,6 +431,9 @@ struct AtomTable<'a> {
 
 impl RuleIndex {
     /// Builds the index for `program.exprs` (one condition per rule).
+    // Load time: every index is a position in a vector sized here (columns, atoms, words) or
+    // a key this function inserted.
+    #[allow(clippy::indexing_slicing)]
     pub fn build(program: &Program) -> RuleIndex {
         let all_columns: Vec<Vec<Vec<Conjunct<'_>>>> = program.exprs.iter().map(columns).collect();
         let columns_count: usize = all_columns.iter().map(Vec::len).sum();
@@ -619,6 +623,9 @@ fn source_of(f: FieldRef) -> Source {
     }
 }
 
+// Load time: every index is a position in a vector sized here (columns, atoms, words) or
+// a key this function inserted.
+#[allow(clippy::indexing_slicing)]
 fn plan_column<'n>(
     col: Vec<Conjunct<'n>>,
     program: &Program,
@@ -668,6 +675,9 @@ fn plan_column<'n>(
 /// The atoms of a field: fixed ones, one per literal string, and the numbers and the
 /// intervals between them. `by_class` adds the bounds of small numbers, so that each atom has
 /// one type class.
+// Load time: every index is a position in a vector sized here (columns, atoms, words) or
+// a key this function inserted.
+#[allow(clippy::indexing_slicing)]
 fn atom_table<'a>(lits: &[&Const], by_class: bool, arena: &'a Bump) -> AtomTable<'a> {
     let mut strings: Vec<&'a str> = Vec::new();
     let mut numbers: Vec<Const> = Vec::new();
@@ -788,6 +798,9 @@ fn outcome<'a>(c: &Conjunct<'a>, cx: &mut Ctx<'a>) -> Outcome {
     }
 }
 
+// Load time: every index is a position in a vector sized here (columns, atoms, words) or
+// a key this function inserted.
+#[allow(clippy::indexing_slicing)]
 fn build_field(
     program: &Program,
     src: &Source,
@@ -1008,6 +1021,9 @@ impl GroupIndex {
 }
 
 /// The index of pattern group `group` (field `id`): each column's conjuncts that read it, by level.
+// Load time: every index is a position in a vector sized here (columns, atoms, words) or
+// a key this function inserted.
+#[allow(clippy::indexing_slicing)]
 fn build_group(program: &Program, group: u32, id: usize, plans: &[ColumnPlan<'_>], words: usize) -> Option<GroupIndex> {
     let tests = program.groups.get(group as usize)?.len();
     let mut levels: Vec<GroupLevel> = Vec::new();

@@ -226,8 +226,8 @@ impl RuleEngine {
         let plan = ReadPlan::new(&program);
         let mut enabled = vec![0u64; rules.len().div_ceil(64).max(1)];
         for (i, r) in rules.iter().enumerate() {
-            if r.enabled {
-                enabled[i / 64] |= 1 << (i % 64);
+            if let (true, Some(word)) = (r.enabled, enabled.get_mut(i / 64)) {
+                *word |= 1 << (i % 64);
             }
         }
         let default_json = default_action.as_ref().map(|a| a.to_string()).unwrap_or_else(|| "null".into());
@@ -293,8 +293,10 @@ impl RuleEngine {
         let mut candidates = Candidates::for_index(&self.index);
         self.index.select(&mut cx, &mut candidates);
         self.index.for_each(&candidates, &self.enabled, |r| {
+            // the index names rules, and each rule has its condition
+            let Some(condition) = self.program.exprs.get(r) else { return false };
             decision.evaluated += 1;
-            let outcome = eval::eval_condition(&self.program.exprs[r], &mut cx);
+            let outcome = eval::eval_condition(condition, &mut cx);
             let why = (explain && outcome == Ok(false)).then(|| self.why_not(r, &mut cx, root));
             self.record(decision, r, outcome, &cx.slots, why);
             decision.rule.is_some()
@@ -340,7 +342,7 @@ impl RuleEngine {
         slots: &[SlotValue<'_>],
         why: Option<String>,
     ) {
-        let rule = &self.rules[r];
+        let Some(rule) = self.rules.get(r) else { return };
         let mut matched = outcome == Ok(true);
         let mut reason = None;
         match outcome {
@@ -452,7 +454,7 @@ impl RuleEngine {
     /// conjuncts run compiled, in the decision's context (memos and pattern passes reused, no
     /// regex built), and the fields are read from their slots.
     fn why_not<'a>(&'a self, r: usize, cx: &mut Ctx<'a>, root: &Value<'_>) -> String {
-        let rule = &self.rules[r];
+        let Some(rule) = self.rules.get(r) else { return String::new() };
         let parts = conjuncts(&rule.ast);
         // `a && b && …` compiles to as many nodes, anything else to one
         let nodes: Vec<&Node> = match self.program.exprs.get(r) {
@@ -479,7 +481,7 @@ impl RuleEngine {
     /// [`RuleEngine::why_not`] by the reference evaluator (the trace of
     /// [`RuleEngine::decide_reference`]).
     fn why_not_reference(&self, r: usize, root: &Value<'_>) -> String {
-        let rule = &self.rules[r];
+        let Some(rule) = self.rules.get(r) else { return String::new() };
         let arena = Bump::new();
         let parts = conjuncts(&rule.ast);
         let params = &self.params;
@@ -487,7 +489,7 @@ impl RuleEngine {
             rule,
             &parts,
             &mut (),
-            |i, _| reference::evaluate(parts[i], root, params, &arena),
+            |i, _| parts.get(i).map_or(Ok(Value::Nil), |part| reference::evaluate(part, root, params, &arena)),
             |e, _| reference::evaluate(e, root, params, &arena),
         )
     }
