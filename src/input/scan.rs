@@ -47,6 +47,9 @@ struct PlanNode {
     /// the slot that reads this value whole: the value is kept (nothing below is followed)
     slot: Option<u32>,
     keys: Vec<(Box<str>, u32)>,
+    /// bit `n` set when some key of `keys` is `n` bytes long (bit 63: 63 or more), so that most
+    /// unread keys are told apart by their length alone, without a comparison
+    key_lengths: u64,
     indexes: Vec<(i64, u32)>,
     /// every read slot below this node (not its own), for repeated keys and type errors
     below: Vec<u32>,
@@ -110,9 +113,18 @@ impl ReadPlan {
             n.keys.clear();
             n.indexes.clear();
         }
+        for n in &mut nodes {
+            n.key_lengths = n.keys.iter().fold(0, |mask, (k, _)| mask | length_bit(k.len()));
+        }
 
         Some(ReadPlan { nodes, derived, slots: program.paths.len() })
     }
+}
+
+/// The bit of [`PlanNode::key_lengths`] for a key of `len` bytes.
+#[inline(always)]
+const fn length_bit(len: usize) -> u64 {
+    1 << if len < 63 { len } else { 63 }
 }
 
 /// A read value, by position (the body and the buffers are only borrowed once the scan is done).
@@ -412,6 +424,10 @@ impl<'s> Scanner<'s> {
         }
         let child = |k: &[u8]| n.keys.iter().find(|(name, _)| same_bytes(name.as_bytes(), k)).map(|(_, c)| *c);
         if !escaped {
+            // (an escaped key's length in the body is not its length: it is compared below)
+            if n.key_lengths & length_bit(text.len()) == 0 {
+                return Ok(None);
+            }
             return Ok(child(text));
         }
         let mut key = std::mem::take(&mut self.sc.key);
@@ -1129,6 +1145,28 @@ mod tests {
             }
             assert!(scanned.is_some() || !body.starts_with('{'), "the scan gave up on {body}");
         }
+    }
+
+    /// Keys are told apart by their length first: keys as long as a read one, longer than 63
+    /// bytes (which share one length bit), and escaped keys (whose length in the body is not
+    /// their length) still find their slots, and only theirs.
+    #[test]
+    fn keys_are_found_whatever_their_length() {
+        let long = "k".repeat(70);
+        let longer = "k".repeat(80);
+        let read = [format!("{long} == 1"), "abc == 1".into(), "h.xy == 1".into()];
+        let p = program(&read.iter().map(String::as_str).collect::<Vec<_>>());
+        for body in [
+            format!(r#"{{"{longer}": 5, "{long}": 7, "abd": 2, "abc": 3, "h": {{"xz": 1, "xy": 2}}}}"#),
+            format!(r#"{{"{long}": 7, "{longer}": 5, "ab\u0063": 4, "h": {{"x\u0079": 8}}}}"#),
+            r#"{"ab": 1, "abcd": 2, "h": {"x": 1, "xyz": 2}}"#.into(),
+        ] {
+            let (scanned, full) = both(&p, &body);
+            assert!(scanned.is_some(), "the scan gave up on {body}");
+            assert_eq!(scanned, full, "{body}");
+        }
+        let (scanned, _) = both(&p, &format!(r#"{{"{long}": 7, "ab\u0063": 4, "h": {{"xy": 2}}}}"#));
+        assert_eq!(scanned, Some(vec!["7 Int".into(), "4 Int".into(), "2 Int".into()]));
     }
 
     /// Short decimals read by the fast path are the floats a full parse gives.
