@@ -8,6 +8,8 @@
 //! Run: `cargo bench --bench engine` (`-- ruleset` for the YAML rule set against its Jev twin,
 //! `-- flash` for the flash table). Every decision includes parsing the input bytes, except
 //! `flash/lookup/*`, which starts from the parsed input.
+// Benchmark code: a failed unwrap, expect or index is the benchmark's setup failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};

@@ -12,6 +12,8 @@
 //! for n in 0 200000; do ROUTER_BENCH_COUNT=score/1000:$n valgrind --tool=callgrind \
 //!   --callgrind-out-file=/dev/null $B 2>&1 | grep 'refs'; done
 //! ```
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::time::Duration;
 

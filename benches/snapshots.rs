@@ -6,6 +6,8 @@
 //! dropped (a dropped snapshot would be cheaper and flatter the figure).
 //!
 //! Run: `cargo bench --bench snapshots`.
+// Benchmark code: a failed unwrap, expect or index is the benchmark's setup failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::hint::black_box;
 use std::path::Path;

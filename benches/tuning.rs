@@ -8,6 +8,8 @@
 //! 200-rule Jev table whose last rule reads a tunable parameter.
 //!
 //! Run: `cargo bench --bench tuning`.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::hint::black_box;
 use std::path::Path;

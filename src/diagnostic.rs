@@ -3,6 +3,9 @@
 //! A diagnostic quotes at most one line of the file, and a long line only around the caret, so a
 //! file with a megabyte on one line (a minified table, a pasted blob in a config) still gives a
 //! message of a few lines.
+// Building a message: offsets are clamped to the source text (and to a character boundary) before
+// they index it, and loops stop at its end.
+#![allow(clippy::indexing_slicing)]
 
 use std::fmt;
 

@@ -14,7 +14,5 @@
 /// Asks the allocator to return memory freed more than `purge_delay` ago (`force`: all freed
 /// memory, now). Cheap when there is nothing to return; never blocks other threads' allocations.
 pub fn release(force: bool) {
-    // SAFETY: mi_collect only walks the calling thread's heap and the arenas' free bitmaps
-    // (atomically); it may be called from any thread at any time.
-    unsafe { libmimalloc_sys::mi_collect(force) }
+    clef_sys::release_freed_memory(force);
 }

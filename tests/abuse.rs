@@ -2,6 +2,8 @@
 //! that stop reading, two processes or two listeners on one port, config values that cannot
 //! work, draining under load, tables swapped for folders. Every test starts the real binary on
 //! loopback ports and bounds its own time.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 mod common;
 

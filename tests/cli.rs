@@ -1,5 +1,7 @@
 //! The command line end to end (SPEC §2, §4, §6, §11): every test runs the real
 //! `clef` binary on example tables or on tables written to a temporary folder.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,6 @@
 //! `config.yaml` loading (SPEC §5): layering, positions of problems, Windows tolerance.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::path::{Path, PathBuf};
 

@@ -18,6 +18,8 @@
 //!   preceded by `<!-- fields: METHOD /path -->`;
 //! - `docs/metrics.md`: `| metric | type | labels |…`;
 //! - `docs/cli.md`: a `## clef COMMAND` heading per command and `| flag |…` tables under it.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};

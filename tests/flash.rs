@@ -1,6 +1,8 @@
 //! Flash tables (`*.flash.json`, `*.cfb`) end to end: the source's diagnostics, the decisions
 //! of SPEC §4.3 and its pinned points, the same table from the source and from its `.cfb`, a
 //! `.cfb` beside its source in the registry, and `clef flash compile|inspect`.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -8,6 +8,8 @@
 //!   that compares each value with every category and range as written.
 //!
 //! `PROPTEST_CASES` scales the number of cases (default 10,000, as in tests/properties.rs).
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use proptest::prelude::*;
 use proptest::test_runner::Config;

@@ -7,6 +7,8 @@
 //! In every one-rule case the rule sits on line 2 as
 //! `  {"id": "a", "condition": "…", "action": {}}`, so the condition text
 //! starts at column 29.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::path::Path;
 use std::process::{Command, Output};

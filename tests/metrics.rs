@@ -2,6 +2,8 @@
 //! the kernel says about the server process, the build, per-table load failures, the latency
 //! histogram, and the log lines of recoveries and reloads. Every test starts the binary on free
 //! loopback ports with a config and tables in a temporary folder (tests/common).
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::time::{Duration, Instant, SystemTime};
 

@@ -2,6 +2,8 @@
 //! pointing at a unix datagram socket of the test's own says READY=1 once it answers, sends
 //! watchdog keep-alives only when asked to, STOPPING=1 when the drain begins, and starts
 //! all the same when the socket cannot be reached.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 mod common;
 

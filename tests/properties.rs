@@ -1,11 +1,13 @@
 //! Property tests: the optimized path (compiler, folding, sets, memos, pattern
 //! groups, rule index) against the plain reference evaluator, on generated
 //! tables and inputs; and "never panics" for the parsers and loaders.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::path::Path;
 
 use clef::expr::{Env, Expression};
-use clef::table::{Limits, Table};
+use clef::table::{Decision, Limits, Table};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
@@ -281,6 +283,7 @@ proptest! {
                 prop_assert_eq!(table.action_json(&fast), table.action_json(&slow));
                 prop_assert_eq!(fast.degraded, slow.degraded);
                 prop_assert_eq!(&fast.warnings, &slow.warnings, "explain {} input {} table {}", explain, body, table_json);
+                same_trace(&fast, &slow)?;
             }
         }
         // the same rules written as a YAML rule set decide the same, warnings included
@@ -293,6 +296,117 @@ proptest! {
             prop_assert_eq!(jev, yaml_decision, "input {} rule set {}", body, yaml);
         }
     }
+}
+
+/// A test of a message, mostly one the literal pass of its subject's pattern group answers:
+/// regexes with and without literals, substrings, on the message and on `lower(message)`.
+fn message_test() -> impl Strategy<Value = String> {
+    let subject = prop::sample::select(vec!["s", "s", "s", "lower(s)"]);
+    let regex = prop::sample::select(vec![
+        "\"t\\\\.me/[a-z]+\"",
+        "\"(微信|wechat)[0-9]+\"",
+        "\"(?i)free\\\\s+(coins|gold)\"",
+        "\"(?i)\\\\bgo\\\\b\"",
+        "\"\\\\d+(\\\\.\\\\d+)?\\\\s*元\"",
+        "\"casino|bitcoin\"",
+        "\"[A-Z]{4,}\"",
+        "\"^$\"",
+        "\"(?i)k\"",
+        "\"x y$\"",
+    ]);
+    let needle = prop::sample::select(vec!["\"hello\"", "\"元\"", "\"gold\"", "\"x y\"", "\"casino\"", "\"\""]);
+    prop_oneof![
+        (subject.clone(), prop::sample::select(vec!["~", "matches", "!~"]), regex)
+            .prop_map(|(s, op, r)| format!("{s} {op} {r}")),
+        (subject.clone(), needle.clone()).prop_map(|(s, n)| format!("{s} contains {n}")),
+        (subject, needle).prop_map(|(s, n)| format!("!({s} contains {n})")),
+    ]
+}
+
+/// Conditions of message tests in `&&`, `||` and `!`, with a few other terms beside them.
+fn message_condition() -> impl Strategy<Value = String> {
+    let part = prop_oneof![
+        4 => message_test(),
+        1 => (message_test(), message_test()).prop_map(|(a, b)| format!("({a} || {b})")),
+        1 => (message_test(), message_test()).prop_map(|(a, b)| format!("!({a} && {b})")),
+        1 => term(),
+    ];
+    prop_oneof![
+        3 => prop::collection::vec(part.clone(), 1..4).prop_map(|t| t.join(" && ")),
+        2 => prop::collection::vec(part.clone(), 2..4).prop_map(|t| t.join(" || ")),
+        1 => (part.clone(), part).prop_map(|(a, b)| format!("!({a} || {b})")),
+    ]
+}
+
+fn message_table() -> impl Strategy<Value = String> {
+    prop::collection::vec(message_condition(), 4..30).prop_map(|conditions| {
+        let rules: Vec<serde_json::Value> = conditions
+            .into_iter()
+            .filter(|cond| Expression::compile(cond, &Env::default(), true).is_ok())
+            .enumerate()
+            .map(|(i, cond)| serde_json::json!({"id": format!("r{i}"), "condition": cond, "action": {"n": i}}))
+            .collect();
+        serde_json::json!({"default": {"n": -1}, "rules": rules}).to_string()
+    })
+}
+
+fn message_input() -> impl Strategy<Value = String> {
+    let text = prop::sample::select(vec![
+        "hello",
+        "see t.me/abc now",
+        "t.me/",
+        "加wechat123",
+        "微信",
+        "FREE  Coins",
+        "free gold",
+        "go, gopher",
+        "3.5 元 元旦",
+        "元旦快乐",
+        "CASINO bitcoin",
+        "\u{212a}elvin",
+        "x y",
+        "",
+        "SHOUT",
+    ]);
+    prop_oneof![
+        4 => (prop::collection::vec(text, 0..4), -1i64..4).prop_map(|(parts, n)| {
+            serde_json::json!({"s": parts.join(" "), "n": n, "a": parts.len()}).to_string()
+        }),
+        1 => input(),
+    ]
+}
+
+proptest! {
+    #![proptest_config(Config { cases: cases() / 4, max_global_rejects: 1_000_000, ..Config::default() })]
+
+    /// Tables of many regex and substring tests on one message (so that their pattern groups'
+    /// literal passes index the rules): the decisions and warnings of the reference scan.
+    #[test]
+    fn pattern_groups_decide_as_the_reference(table_json in message_table(), inputs in prop::collection::vec(message_input(), 1..6)) {
+        let table = Table::from_bytes(Path::new("gen.json"), table_json.as_bytes(), &Limits::default())
+            .expect("conditions that load alone load together");
+        for body in &inputs {
+            let slow = table.decide_reference(body.as_bytes()).expect("valid input");
+            for explain in [false, true] {
+                let fast = table.decide(body.as_bytes(), explain).expect("valid input");
+                prop_assert_eq!(fast.rule, slow.rule, "explain {} input {} table {}", explain, body, table_json);
+                prop_assert_eq!(&fast.warnings, &slow.warnings, "explain {} input {} table {}", explain, body, table_json);
+                same_trace(&fast, &slow)?;
+            }
+        }
+    }
+}
+
+/// With explain, each rule the fast path tried is in the reference's trace (which tries every
+/// rule) with the same outcome and the same reason.
+fn same_trace(fast: &Decision, slow: &Decision) -> Result<(), TestCaseError> {
+    let Some(trace) = &fast.trace else { return Ok(()) };
+    let reference = slow.trace.as_ref().expect("the reference decision has a trace");
+    for entry in trace {
+        let found = reference.iter().find(|e| e.rule == entry.rule);
+        prop_assert_eq!(Some(entry), found, "trace of rule {}", entry.rule);
+    }
+    Ok(())
 }
 
 proptest! {

@@ -2,6 +2,8 @@
 //! rollback pins (SPEC §6), what survives a restart in `state_dir`, and the one writer thread
 //! (a slow reload does not hold up the worker that asked for it; concurrent changes end in one
 //! consistent state). Every test runs the real `clef serve`.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};

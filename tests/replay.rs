@@ -1,6 +1,8 @@
 //! `clef replay` (SPEC §8.2) on snapshots the recorder wrote: the same table scores
 //! correctness 1.0, an edited one less, naming the rules whose outcomes changed; switched-off
 //! rules and tuning params are applied; the JSON report; streaming in bounded memory.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //!
 //! To keep `local` from deciding, the routers here either do not serve the table or set
 //! `router.local_max_load: 0` (then `local` competes on score like any instance).
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 mod common;
 

@@ -1,6 +1,8 @@
 //! Clef YAML rule sets (SPEC §4.2, §11): every operator against the expression it stands for,
 //! the position of every kind of problem, templates and fallbacks, `enabled`, params, the
 //! guards of the YAML reader, and the commands on the example rule sets.
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,6 +1,8 @@
 //! `clef serve` end to end (SPEC §5, §6, §10, §11): every test starts the real binary on free
 //! loopback ports with a config and tables written to a temporary folder, and talks to it over
 //! raw TCP (keep-alive, pipelining and the limits need raw sockets anyway).
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::io::{self, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,4 +1,4 @@
-//! `clef bench TABLE INPUT [-n N] [--json]`: how fast is this table on this box?
+//! `clef bench TABLE INPUT [-n N] [--json] [--explain]`: how fast is this table on this box?
 //!
 //! Each decision is timed on its own (input parsing included) after a
 //! warm-up; the cost of reading the clock is measured and subtracted.
@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::table::{Limits, Table};
 
-pub fn run(table_path: &Path, input_path: &Path, n: usize, json: bool) -> i32 {
+pub fn run(table_path: &Path, input_path: &Path, n: usize, json: bool, explain: bool) -> i32 {
     let table = match Table::load(table_path, &Limits::default()) {
         Ok(t) => t,
         Err(e) => {
@@ -24,26 +24,26 @@ pub fn run(table_path: &Path, input_path: &Path, n: usize, json: bool) -> i32 {
             return 2;
         }
     };
-    if let Err(e) = table.decide(&body, false) {
+    if let Err(e) = table.decide(&body, explain) {
         eprintln!("error: {}: {}: {e}", e.code(), input_path.display());
         return 2;
     }
     let n = n.max(1);
     for _ in 0..(n / 10).clamp(100, 100_000) {
-        let _ = black_box(table.decide(black_box(&body), false));
+        let _ = black_box(table.decide(black_box(&body), explain));
     }
     let clock = clock_overhead_ns();
     let mut samples = Vec::with_capacity(n);
     let started = Instant::now();
     for _ in 0..n {
         let t0 = Instant::now();
-        let _ = black_box(table.decide(black_box(&body), false));
+        let _ = black_box(table.decide(black_box(&body), explain));
         samples.push((t0.elapsed().as_nanos() as f64 - clock).max(0.0));
     }
     let total = started.elapsed();
     samples.sort_by(f64::total_cmp);
-    let median = samples[samples.len() / 2];
-    let p99 = samples[((samples.len() as f64 * 0.99) as usize).min(samples.len() - 1)];
+    let at = |q: f64| samples.get((samples.len() as f64 * q) as usize).or(samples.last()).copied().unwrap_or(0.0);
+    let (median, p99) = (at(0.5), at(0.99));
     let per_second = n as f64 / total.as_secs_f64();
     let compile_ms = table.compile_time.as_secs_f64() * 1e3;
     if json {
@@ -58,7 +58,8 @@ pub fn run(table_path: &Path, input_path: &Path, n: usize, json: bool) -> i32 {
     } else {
         println!("table:      {} ({})", table.name, table.engine.summary());
         println!("compile:    {compile_ms:.2} ms");
-        println!("decisions:  {n} (input parsing included, one core)");
+        let traced = if explain { ", with a trace" } else { "" };
+        println!("decisions:  {n} (input parsing included{traced}, one core)");
         println!("median:     {}", human_ns(median));
         println!("p99:        {}", human_ns(p99));
         println!("per second: {per_second:.0} decisions per core");
@@ -74,7 +75,7 @@ fn clock_overhead_ns() -> f64 {
         })
         .collect();
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn human_ns(ns: f64) -> String {

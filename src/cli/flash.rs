@@ -1,4 +1,7 @@
 //! `clef flash compile SOURCE [-o OUT.cfb]` and `clef flash inspect FILE.cfb`.
+// `clef flash inspect`: positions come from a table that loaded, whose cells, ranges and default
+// name actions and values that exist.
+#![allow(clippy::indexing_slicing)]
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

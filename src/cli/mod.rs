@@ -77,6 +77,9 @@ enum Command {
         /// print one JSON object
         #[arg(long)]
         json: bool,
+        /// time decisions with a trace (what `?explain=true` costs)
+        #[arg(long)]
+        explain: bool,
     },
     /// Compile a flash table's source into a .cfb file, or print what a .cfb file holds.
     Flash {
@@ -167,7 +170,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
         Command::Decide { table, input, explain } => decide::run(&table, input.as_deref(), explain),
         Command::Check { paths } => check::run(&paths),
         Command::Test { paths, coverage } => tests::run(&paths, coverage),
-        Command::Bench { table, input, n, json } => bench::run(&table, &input, n, json),
+        Command::Bench { table, input, n, json, explain } => bench::run(&table, &input, n, json, explain),
         Command::Flash { command: FlashCommand::Compile { source, output } } => {
             flash::compile(&source, output.as_deref())
         }

@@ -4,6 +4,10 @@
 //! Rather than keep a second copy of the typing rules, the checker runs the
 //! real operators of [`super::ops`] on one representative value per possible
 //! type: an operation is rejected when every combination fails.
+// Load time (checking a condition): `combine` hands its closure one value per operand it was
+// given, so `v[0]` and `v[1]` exist; the odometer's `idx` has one position per list in `lists`;
+// `path[..n]` takes at most the path.
+#![allow(clippy::indexing_slicing)]
 
 use bumpalo::Bump;
 use rustc_hash::FxHashMap;

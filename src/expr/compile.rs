@@ -71,7 +71,10 @@ impl Compiler<'_> {
         if let Some(id) = self.slot_ids.get(&path) {
             return *id;
         }
-        let root = if path.len() > 1 { Some(self.slot_id(path[..1].to_vec())) } else { None };
+        let root = match path.as_slice() {
+            [first, _, ..] => Some(self.slot_id(vec![first.clone()])),
+            _ => None,
+        };
         let id = self.program.push_slot(path.clone(), root);
         self.slot_ids.insert(path, id);
         id
@@ -222,9 +225,10 @@ impl Compiler<'_> {
     }
 
     fn call(&mut self, func: Func, args: &[Expr], e: &Expr) -> Result<Node, ExprError> {
-        if func == Func::Matches {
-            let subject = self.compile(&args[0])?;
-            let regex = self.regex(&args[1])?;
+        if let (Func::Matches, [subject, pattern]) = (func, args) {
+            // the checker has made sure `matches` has its two arguments
+            let subject = self.compile(subject)?;
+            let regex = self.regex(pattern)?;
             return Ok(Node::Regex { operand: Box::new(subject), regex, negate: false });
         }
         let key = canonical(e);

@@ -4,9 +4,9 @@ use bumpalo::Bump;
 
 use super::ir::{AccessStep, Node};
 use super::ops::{self, BinOp, EvalError, EvalResult, UnOp};
-use super::patterns::GroupState;
+use super::patterns::{GroupState, PatternGroup};
 use super::program::{Program, SlotValue};
-use super::value::{Array, Value};
+use super::value::{same_bytes, Array, Const, Value};
 
 /// Everything one decision's evaluation needs; cheap to create.
 pub struct Ctx<'a> {
@@ -61,20 +61,33 @@ impl<'a> Ctx<'a> {
         let (Some(pg), Some(state)) = (program.groups.get(group as usize), self.groups.get_mut(group as usize)) else {
             return false;
         };
-        let state = state.get_or_insert_with(|| {
-            let mut state = pg.state();
-            pg.scan(subject, &mut state);
-            state
-        });
+        let state = state.get_or_insert_with(|| scanned(pg, subject));
         pg.test(index as usize, subject, state)
+    }
+
+    /// Group `group`'s literal pass over `subject` (its subject's value), done once per
+    /// decision: by test, whether one of its literals occurred. The rule index reads it; the
+    /// tests of the group answered later reuse the pass.
+    pub(crate) fn group_candidates(&mut self, group: u32, subject: &'a str) -> Option<&[u64]> {
+        let program = self.program;
+        let pg = program.groups.get(group as usize)?;
+        let state = self.groups.get_mut(group as usize)?.get_or_insert_with(|| scanned(pg, subject));
+        Some(&state.candidates)
     }
 }
 
-/// Evaluates an operand, reading slots and memos without a recursive call.
+fn scanned(group: &PatternGroup, subject: &str) -> GroupState {
+    let mut state = group.state();
+    group.scan(subject, &mut state);
+    state
+}
+
+/// Evaluates an operand, reading slots, memos and constants without a recursive call.
 #[inline(always)]
 fn operand<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
     match node {
         Node::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
+        Node::Const(c) => Ok(Value::from_const(c)),
         Node::Memo(m) => match cx.memos.get(*m as usize) {
             Some(Some(v)) => *v,
             _ => cx.memo(*m),
@@ -93,6 +106,7 @@ fn is_predicate(node: &Node) -> bool {
             | Node::StrTest { .. }
             | Node::Regex { .. }
             | Node::PatternHit { .. }
+            | Node::Compare(..)
             | Node::And(_)
             | Node::Or(_)
             | Node::Unary(UnOp::Not, _)
@@ -101,6 +115,9 @@ fn is_predicate(node: &Node) -> bool {
 
 /// Evaluates a rule's condition: true matches; false and nil do not; anything else is an error.
 pub fn eval_condition<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> Result<bool, EvalError> {
+    if let Some(holds) = leaf_truth(node, cx) {
+        return Ok(holds);
+    }
     if is_predicate(node) {
         eval_truth(node, cx, "?")
     } else {
@@ -125,6 +142,77 @@ fn with_value<'a, R>(
     let v = operand(node, cx)?;
     f(&v)
 }
+
+/// The truth of the conjuncts most rules are made of — a field compared with a constant, a
+/// bool field, its negation — in place, without a call: `None` for any other node, and for an
+/// input value the general path must judge (an error, a type the test does not take, NaN),
+/// which then gives the same answer.
+#[inline(always)]
+fn leaf_truth<'a>(node: &'a Node, cx: &Ctx<'a>) -> Option<bool> {
+    let slot = |n: &Node| match n {
+        Node::Slot(s) => match cx.slots.get(*s as usize) {
+            Some(Ok(v)) => Some(*v),
+            Some(Err(_)) => None,
+            None => Some(Value::Nil),
+        },
+        _ => None,
+    };
+    match node {
+        Node::EqConst { operand, value, negate } => {
+            let v = slot(operand)?;
+            let same = match (&v, value) {
+                (Value::Str(a), Const::Str(b)) => same_bytes(a.as_bytes(), b.as_bytes()),
+                (Value::Int(a), Const::Int(b)) => a == b,
+                (Value::Bool(a), Const::Bool(b)) => a == b,
+                (Value::Nil, Const::Nil) => true,
+                (Value::Str(_) | Value::Bool(_) | Value::Nil, Const::Int(_) | Const::Float(_))
+                | (Value::Int(_) | Value::Float(_) | Value::Bool(_) | Value::Nil, Const::Str(_)) => false,
+                _ => return None,
+            };
+            Some(same != *negate)
+        }
+        Node::CmpConst { operand, op, value, const_left } => {
+            let v = slot(operand)?;
+            let ord = match (v, value) {
+                (Value::Int(a), Const::Int(b)) => a.cmp(b),
+                (Value::Float(a), Const::Float(b)) => a.partial_cmp(b)?,
+                // ints up to 2^53 are exact floats
+                (Value::Float(a), Const::Int(b)) if b.unsigned_abs() <= EXACT_INT => a.partial_cmp(&(*b as f64))?,
+                (Value::Int(a), Const::Float(b)) if a.unsigned_abs() <= EXACT_INT => (a as f64).partial_cmp(b)?,
+                _ => return None,
+            };
+            let ord = if *const_left { ord.reverse() } else { ord };
+            Some(match op {
+                BinOp::Lt => ord.is_lt(),
+                BinOp::Le => ord.is_le(),
+                BinOp::Gt => ord.is_gt(),
+                BinOp::Ge => ord.is_ge(),
+                _ => return None,
+            })
+        }
+        Node::InSet { operand, set, negate } => {
+            let Value::Str(s) = slot(operand)? else { return None };
+            let found = match &set.strings {
+                Some(strings) => strings.contains(s),
+                // an item of another type is never equal to a string
+                None => set.items.iter().any(|c| matches!(c, Const::Str(b) if same_bytes(s.as_bytes(), b.as_bytes()))),
+            };
+            Some(found != *negate)
+        }
+        Node::Slot(_) => match slot(node)? {
+            Value::Bool(b) => Some(b),
+            _ => None,
+        },
+        Node::Unary(UnOp::Not, x) => match slot(x)? {
+            Value::Bool(b) => Some(!b),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Ints of at most this magnitude are exactly floats.
+const EXACT_INT: u64 = 1 << 53;
 
 /// Evaluates a node whose value must be a bool (an operand of `&&`, `||`, `!`),
 /// without building a [`Value`] for the common predicates. `op` names the
@@ -166,7 +254,11 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         },
         Node::And(items) => {
             for item in items {
-                if !eval_truth(item, cx, "&&")? {
+                let holds = match leaf_truth(item, cx) {
+                    Some(b) => b,
+                    None => eval_truth(item, cx, "&&")?,
+                };
+                if !holds {
                     return Ok(false);
                 }
             }
@@ -174,13 +266,28 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         }
         Node::Or(items) => {
             for item in items {
-                if eval_truth(item, cx, "||")? {
+                let holds = match leaf_truth(item, cx) {
+                    Some(b) => b,
+                    None => eval_truth(item, cx, "||")?,
+                };
+                if holds {
                     return Ok(true);
                 }
             }
             Ok(false)
         }
         Node::Unary(UnOp::Not, x) => eval_truth(x, cx, "!").map(|b| !b),
+        // comparisons always give a bool
+        Node::Compare(cmp, a, b) => {
+            let x = operand(a, cx)?;
+            let y = operand(b, cx)?;
+            ops::compare_values(*cmp, &x, &y).and_then(|v| ops::truth(&v, op))
+        }
+        // the branch taken must be a bool, as the value of the whole would have to be
+        Node::Ternary(c, a, b) => {
+            let branch = if leaf_truth(c, cx).map_or_else(|| eval_truth(c, cx, "?:"), Ok)? { a } else { b };
+            leaf_truth(branch, cx).map_or_else(|| eval_truth(branch, cx, op), Ok)
+        }
         _ => with_value(node, cx, |v| ops::truth(v, op)),
     }
 }
@@ -196,21 +303,21 @@ pub(crate) fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
             ops::unary(*op, &v)
         }
         Node::Compare(op, a, b) => {
-            let x = eval(a, cx)?;
-            let y = eval(b, cx)?;
+            let x = operand(a, cx)?;
+            let y = operand(b, cx)?;
             ops::compare_values(*op, &x, &y)
         }
         Node::Chain(first, rest) => {
-            let mut acc = eval(first, cx)?;
+            let mut acc = operand(first, cx)?;
             for (op, item) in rest {
                 acc = if *op == BinOp::Coalesce {
                     if matches!(acc, Value::Nil) {
-                        eval(item, cx)?
+                        operand(item, cx)?
                     } else {
                         acc
                     }
                 } else {
-                    let y = eval(item, cx)?;
+                    let y = operand(item, cx)?;
                     ops::arithmetic(*op, &acc, &y, cx.arena)?
                 };
             }
@@ -228,10 +335,10 @@ pub(crate) fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
             Ok(acc)
         }
         Node::Ternary(c, a, b) => {
-            if ops::truth(&eval(c, cx)?, "?:")? {
-                eval(a, cx)
+            if eval_truth(c, cx, "?:")? {
+                operand(a, cx)
             } else {
-                eval(b, cx)
+                operand(b, cx)
             }
         }
         Node::Array(items) => {
@@ -288,20 +395,28 @@ mod smallvec_args {
         }
 
         pub fn push(&mut self, v: Value<'a>) {
-            if self.len < 3 && self.spill.is_empty() {
-                self.inline[self.len] = v;
-                self.len += 1;
-            } else {
-                if self.spill.is_empty() {
-                    self.spill.extend_from_slice(&self.inline[..self.len]);
+            match self.inline.get_mut(self.len).filter(|_| self.spill.is_empty()) {
+                Some(slot) => {
+                    *slot = v;
+                    self.len += 1;
                 }
-                self.spill.push(v);
+                None => {
+                    if self.spill.is_empty() {
+                        let used = self.inline.split_at(self.len.min(3)).0;
+                        self.spill.extend_from_slice(used);
+                    }
+                    self.spill.push(v);
+                }
             }
+        }
+
+        fn inline_used(&self) -> &[Value<'a>] {
+            self.inline.split_at(self.len.min(3)).0
         }
 
         pub fn as_slice(&self) -> &[Value<'a>] {
             if self.spill.is_empty() {
-                &self.inline[..self.len]
+                self.inline_used()
             } else {
                 &self.spill
             }

@@ -77,24 +77,26 @@ pub fn write_json_float(f: f64, out: &mut String) {
 pub fn write_json_string(s: &str, out: &mut String) {
     out.reserve(s.len() + 2);
     out.push('"');
-    let mut start = 0;
+    let mut rest = s;
     // most strings (ids, names, actions) need no escape: one scan, one copy
-    while let Some(at) = s.as_bytes()[start..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20) {
-        let i = start + at;
-        out.push_str(&s[start..i]);
-        match s.as_bytes()[i] {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            b'\t' => out.push_str("\\t"),
-            b => {
-                let _ = write!(out, "\\u{:04x}", b);
+    while let Some(at) = rest.bytes().position(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        let (plain, tail) = rest.split_at(at);
+        out.push_str(plain);
+        let mut chars = tail.chars();
+        match chars.next() {
+            Some('"') => out.push_str("\\\""),
+            Some('\\') => out.push_str("\\\\"),
+            Some('\n') => out.push_str("\\n"),
+            Some('\r') => out.push_str("\\r"),
+            Some('\t') => out.push_str("\\t"),
+            Some(c) => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
             }
+            None => {}
         }
-        start = i + 1;
+        rest = chars.as_str();
     }
-    out.push_str(&s[start..]);
+    out.push_str(rest);
     out.push('"');
 }
 

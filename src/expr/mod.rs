@@ -126,7 +126,8 @@ impl Expression {
             let arena = Bump::new();
             let slots = self.program.fill_slots(&root);
             let mut cx = eval::Ctx::with_slots(&self.program, &arena, slots);
-            let node = &self.program.exprs[0];
+            // one expression was compiled
+            let node = self.program.exprs.first().ok_or(EvalError::ConditionNotBool { got: Type::Nil })?;
             eval::eval(node, &mut cx).map(|v| json::to_serde(&v))
         })
     }

@@ -10,7 +10,7 @@ use std::fmt;
 use bumpalo::Bump;
 use regex::Regex;
 
-use super::value::{Array, Type, Value};
+use super::value::{same_bytes, Array, Type, Value};
 
 /// Why an evaluation failed. The rule does not match and the message becomes a
 /// warning; `Copy` and allocation-free so that failing rules stay cheap.
@@ -353,7 +353,7 @@ pub(crate) fn compare_numbers(a: &Value<'_>, b: &Value<'_>) -> Option<Ordering> 
 /// `==`: numbers numerically, arrays and objects deeply, other types unequal.
 pub(crate) fn equals(a: &Value<'_>, b: &Value<'_>) -> bool {
     match (a, b) {
-        (Value::Str(p), Value::Str(q)) => p == q,
+        (Value::Str(p), Value::Str(q)) => same_bytes(p.as_bytes(), q.as_bytes()),
         (Value::Array(_), Value::Array(_)) | (Value::Object(_), Value::Object(_)) => deep_equals(a, b),
         (Value::Nil, Value::Nil) => true,
         (Value::Bool(p), Value::Bool(q)) => p == q,
@@ -454,7 +454,7 @@ pub(crate) fn contains_member(needle: &Value<'_>, haystack: &Value<'_>) -> Resul
         Value::Nil => Ok(false),
         Value::Array(a) => Ok(a.iter().any(|v| equals(needle, &v))),
         Value::Object(o) => match needle {
-            Value::Str(k) => Ok(o.get(k).is_some()),
+            Value::Str(k) => Ok(o.has_key(k)),
             _ => Err(operands(BinOp::In, needle, haystack)),
         },
         _ => Err(operands(BinOp::In, needle, haystack)),

@@ -1,4 +1,7 @@
 //! Precedence-climbing parser for conditions (SPEC §3 operator table).
+// Load time (parsing a condition): the token list always ends with `End`, so it is never empty,
+// and the lists indexed for a span (items, steps) are non-empty where the grammar built them.
+#![allow(clippy::indexing_slicing)]
 
 use super::ast::{Expr, ExprKind, Span, Step};
 use super::lexer::{tokenize, Tok, Token};

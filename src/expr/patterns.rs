@@ -55,7 +55,8 @@ pub struct PatternGroup {
 /// What one decision has learnt of a group: which literals occurred, which tests are answered.
 #[derive(Debug, Clone)]
 pub(crate) struct GroupState {
-    candidates: Vec<u64>,
+    /// by test: some literal of it occurred (a prefiltered test without it is false)
+    pub(crate) candidates: Vec<u64>,
     known: Vec<u64>,
     held: Vec<u64>,
     rest: Option<regex::SetMatches>,
@@ -99,8 +100,8 @@ impl PatternGroup {
                         literals.len() - 1
                     }
                 };
-                if owners[at].last() != Some(&(i as u32)) {
-                    owners[at].push(i as u32);
+                if let Some(owned) = owners.get_mut(at).filter(|o| o.last() != Some(&(i as u32))) {
+                    owned.push(i as u32);
                 }
             }
             patterns.push(Pattern { test, prefiltered, in_rest: None });
@@ -122,7 +123,9 @@ impl PatternGroup {
         };
         if rest.is_some() {
             for (n, i) in rest_ids.into_iter().enumerate() {
-                patterns[i].in_rest = Some(n as u32);
+                if let Some(p) = patterns.get_mut(i) {
+                    p.in_rest = Some(n as u32);
+                }
             }
         }
         let literals = if literals.is_empty() {
@@ -142,6 +145,17 @@ impl PatternGroup {
             patterns.iter_mut().for_each(|p| p.prefiltered = false);
         }
         PatternGroup { patterns, literals, owners, rest }
+    }
+
+    /// How many tests the group answers.
+    pub(crate) fn len(&self) -> usize {
+        self.patterns.len()
+    }
+
+    /// Whether test `index` can hold only when one of its literals occurs: then the literal
+    /// pass alone can prove it false (what the rule index reads).
+    pub(crate) fn prefiltered(&self, index: usize) -> bool {
+        self.patterns.get(index).is_some_and(|p| p.prefiltered)
     }
 
     /// A fresh state for one decision.

@@ -53,7 +53,9 @@ impl KeyTable {
             if self.by_len.len() <= key.len() {
                 self.by_len.resize_with(key.len() + 1, Vec::new);
             }
-            self.by_len[key.len()].push((key, slot));
+            if let Some(same_length) = self.by_len.get_mut(key.len()) {
+                same_length.push((key, slot));
+            }
         } else {
             self.long.insert(key, slot);
         }
@@ -109,7 +111,10 @@ impl Program {
         if let Some(i) = self.find_slot(path) {
             return i;
         }
-        let root = if path.len() > 1 { Some(self.slot_of(&path[..1])) } else { None };
+        let root = match path {
+            [first, _, ..] => Some(self.slot_of(std::slice::from_ref(first))),
+            _ => None,
+        };
         self.push_slot(path.to_vec(), root)
     }
 
@@ -118,14 +123,17 @@ impl Program {
         let mut slots: Vec<SlotValue<'a>> = vec![Ok(Value::Nil); self.paths.len()];
         if let Value::Object(o) = root {
             for (k, v) in o.iter() {
-                if let Some(s) = self.roots.get(k) {
-                    slots[s as usize] = Ok(v);
+                if let Some(s) = self.roots.get(k).and_then(|s| slots.get_mut(s as usize)) {
+                    *s = Ok(v);
                 }
             }
         }
         for &(slot, root_slot) in &self.nested {
-            let start = slots[root_slot as usize];
-            slots[slot as usize] = start.and_then(|v| descend(v, &self.paths[slot as usize][1..]));
+            let start = slots.get(root_slot as usize).copied().unwrap_or(Ok(Value::Nil));
+            let below = self.paths.get(slot as usize).and_then(|p| p.get(1..)).unwrap_or_default();
+            if let Some(s) = slots.get_mut(slot as usize) {
+                *s = start.and_then(|v| descend(v, below));
+            }
         }
         slots
     }

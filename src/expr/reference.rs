@@ -70,8 +70,16 @@ impl<'a> Reference<'a> {
                 Ok(v)
             }
             ExprKind::Call(Func::Matches, args) => {
-                let s = self.eval(&args[0])?;
-                ops::regex_test(BinOp::Matches, &s, &pattern(&args[1])?).map(Value::Bool)
+                // the checker gives `matches` its two arguments
+                let [subject, re] = args.as_slice() else {
+                    return Err(EvalError::Argument {
+                        func: "matches",
+                        expected: "two arguments",
+                        got: super::value::Type::Nil,
+                    });
+                };
+                let s = self.eval(subject)?;
+                ops::regex_test(BinOp::Matches, &s, &pattern(re)?).map(Value::Bool)
             }
             ExprKind::Call(func, args) => {
                 let mut values = Vec::new();

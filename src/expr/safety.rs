@@ -229,7 +229,7 @@ impl<'p> Safety<'p> {
         let left_want = |i: usize| -> Classes {
             // the result after step i (0: `first`) feeds operator i (0-based in `rest`)
             let mut w = want;
-            for (op, _) in rest[i..].iter().rev() {
+            for (op, _) in rest.iter().skip(i).rev() {
                 w = if *op == BinOp::Coalesce { w | NIL } else { SMALL };
             }
             w

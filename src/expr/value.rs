@@ -116,6 +116,26 @@ pub enum Object<'a> {
     Const(&'a [(Box<str>, Const)]),
 }
 
+/// Byte equality, without a library call for the short strings keys and literals are: one
+/// or two overlapping word compares (a call to `memcmp` costs more than the comparison).
+#[inline(always)]
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let n = a.len();
+    if n > 16 {
+        return a == b;
+    }
+    if n >= 8 {
+        return a.first_chunk::<8>() == b.first_chunk::<8>() && a.last_chunk::<8>() == b.last_chunk::<8>();
+    }
+    if n >= 4 {
+        return a.first_chunk::<4>() == b.first_chunk::<4>() && a.last_chunk::<4>() == b.last_chunk::<4>();
+    }
+    a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 /// How many tape nodes the value starting at `nodes[0]` spans.
 fn node_span(node: &Node<'_>) -> usize {
     match node {
@@ -293,13 +313,44 @@ impl<'a> Object<'a> {
 
     /// The value of `key`; when a key repeats, the last one wins (as in most JSON readers).
     pub fn get(&self, key: &str) -> Option<Value<'a>> {
-        let mut found = None;
-        for (k, v) in self.iter() {
-            if k == key {
-                found = Some(v);
+        match self {
+            // Keys are compared where they lie and values stepped over by their node count:
+            // only the member found is turned into a value.
+            Object::Tape { len, nodes } => {
+                let mut at = 0;
+                let mut found = None;
+                for _ in 0..*len {
+                    let Some(Node::String(k)) = nodes.get(at) else { break };
+                    let value_at = at + 1;
+                    let Some(value) = nodes.get(value_at) else { break };
+                    if same_bytes(k.as_bytes(), key.as_bytes()) {
+                        found = Some(value_at);
+                    }
+                    at = value_at + node_span(value);
+                }
+                found.map(|i| Value::from_tape(nodes.get(i..).unwrap_or(&[])))
             }
+            Object::Const(c) => c.iter().rev().find(|(k, _)| **k == *key).map(|(_, v)| Value::from_const(v)),
         }
-        found
+    }
+
+    /// Whether `key` is a member (what `"key" in object` asks), without reading any value.
+    pub fn has_key(&self, key: &str) -> bool {
+        match self {
+            Object::Tape { len, nodes } => {
+                let mut at = 0;
+                for _ in 0..*len {
+                    let Some(Node::String(k)) = nodes.get(at) else { return false };
+                    if same_bytes(k.as_bytes(), key.as_bytes()) {
+                        return true;
+                    }
+                    let Some(value) = nodes.get(at + 1) else { return false };
+                    at += 1 + node_span(value);
+                }
+                false
+            }
+            Object::Const(c) => c.iter().any(|(k, _)| **k == *key),
+        }
     }
 
     /// The members in document order.
@@ -354,6 +405,28 @@ impl Const {
             serde_json::Value::Object(o) => {
                 Const::Object(o.iter().map(|(k, v)| (k.as_str().into(), Const::from_json(v))).collect())
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_bytes;
+
+    /// The word compares agree with `==` at every length and wherever two strings differ.
+    #[test]
+    fn same_bytes_is_byte_equality() {
+        for n in 0..40usize {
+            let a: Vec<u8> = (0..n as u8).map(|i| b'a' + i % 26).collect();
+            assert!(same_bytes(&a, &a.clone()));
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert!(!same_bytes(&a, &b), "{n} {at}");
+            }
+            let mut longer = a.clone();
+            longer.push(b'x');
+            assert!(!same_bytes(&a, &longer));
         }
     }
 }

@@ -155,7 +155,7 @@ impl DeclaredField {
                 Value::Nil => return Ok(()),
                 // `a.b` is declared, so `a` must be an object when present.
                 other => {
-                    let path = self.segments[..i].join(".");
+                    let path = self.segments.get(..i).unwrap_or_default().join(".");
                     return Err(mismatch(path, SchemaType::Object, &other));
                 }
             };
@@ -313,7 +313,8 @@ fn describe(e: &simd_json::Error, bytes: &[u8], max_depth: usize) -> (usize, Str
 
 /// The byte at `at` for a message: `` `x` ``, or "the end of the body".
 fn found_at(bytes: &[u8], at: usize) -> String {
-    match bytes.get(at..).and_then(|rest| String::from_utf8_lossy(&rest[..rest.len().min(4)]).chars().next()) {
+    let head = |rest: &[u8]| String::from_utf8_lossy(rest.get(..rest.len().min(4)).unwrap_or(rest)).chars().next();
+    match bytes.get(at..).and_then(head) {
         Some(c) if c.is_control() => format!("`{}`", c.escape_debug()),
         Some(c) => format!("`{c}`"),
         None => "the end of the body".into(),
@@ -324,7 +325,7 @@ fn found_at(bytes: &[u8], at: usize) -> String {
 fn word_at(bytes: &[u8], at: usize) -> String {
     let rest = bytes.get(at..).unwrap_or_default();
     let n = rest.iter().take(20).take_while(|b| b.is_ascii_alphanumeric()).count().max(1).min(rest.len());
-    String::from_utf8_lossy(&rest[..n]).into_owned()
+    String::from_utf8_lossy(rest.get(..n).unwrap_or(rest)).into_owned()
 }
 
 /// The number token around `at` (simd-json reports the byte after some bad numbers).
@@ -337,13 +338,15 @@ fn number_at(bytes: &[u8], at: usize) -> (usize, String) {
     while start > 0 && bytes.get(start - 1).is_some_and(is_num) {
         start -= 1;
     }
-    let len = bytes[start..].iter().take(40).take_while(|b| is_num(b)).count();
-    (start, String::from_utf8_lossy(&bytes[start..start + len]).into_owned())
+    let rest = bytes.get(start..).unwrap_or_default();
+    let len = rest.iter().take(40).take_while(|b| is_num(b)).count();
+    (start, String::from_utf8_lossy(rest.get(..len).unwrap_or(rest)).into_owned())
 }
 
 /// The last non-whitespace byte before `at`, with its offset.
 fn previous(bytes: &[u8], at: usize) -> Option<(usize, u8)> {
-    bytes[..at.min(bytes.len())].iter().rposition(|b| !b.is_ascii_whitespace()).map(|i| (i, bytes[i]))
+    let before = bytes.get(..at.min(bytes.len())).unwrap_or(bytes);
+    before.iter().enumerate().rev().find(|(_, b)| !b.is_ascii_whitespace()).map(|(i, b)| (i, *b))
 }
 
 /// The first non-whitespace byte at or after `from`.
@@ -430,8 +433,7 @@ fn string_problem(bytes: &[u8]) -> Option<(usize, String)> {
     // Where the string being read starts.
     let mut start = None;
     let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
+    while let Some(&b) = bytes.get(i) {
         if start.is_none() {
             if b == b'"' {
                 start = Some(i);

@@ -25,6 +25,7 @@ use simd_json::{Node, StaticNode};
 use crate::expr::ir::PathSeg;
 use crate::expr::ops::EvalError;
 use crate::expr::program::{descend, Program, SlotValue};
+use crate::expr::value::same_bytes;
 use crate::expr::{Type, Value};
 
 /// Paths longer than this make the table use the full parse (the scan recurses along paths).
@@ -46,6 +47,9 @@ struct PlanNode {
     /// the slot that reads this value whole: the value is kept (nothing below is followed)
     slot: Option<u32>,
     keys: Vec<(Box<str>, u32)>,
+    /// bit `n` set when some key of `keys` is `n` bytes long (bit 63: 63 or more), so that most
+    /// unread keys are told apart by their length alone, without a comparison
+    key_lengths: u64,
     indexes: Vec<(i64, u32)>,
     /// every read slot below this node (not its own), for repeated keys and type errors
     below: Vec<u32>,
@@ -53,6 +57,9 @@ struct PlanNode {
 
 impl ReadPlan {
     /// The plan of `program`'s read slots; `None` when a path is too long to follow.
+    // Load time: every index is a node this function pushed, a slot of `program`, or a
+    // position on a trail as long as its (non-empty) path.
+    #[allow(clippy::indexing_slicing)]
     pub(crate) fn new(program: &Program) -> Option<ReadPlan> {
         let mut nodes = vec![PlanNode::default()];
         let mut ends: Vec<(u32, Vec<u32>)> = Vec::new(); // slot, nodes on its path
@@ -106,8 +113,18 @@ impl ReadPlan {
             n.keys.clear();
             n.indexes.clear();
         }
+        for n in &mut nodes {
+            n.key_lengths = n.keys.iter().fold(0, |mask, (k, _)| mask | length_bit(k.len()));
+        }
+
         Some(ReadPlan { nodes, derived, slots: program.paths.len() })
     }
+}
+
+/// The bit of [`PlanNode::key_lengths`] for a key of `len` bytes.
+#[inline(always)]
+const fn length_bit(len: usize) -> u64 {
+    1 << if len < 63 { len } else { 63 }
 }
 
 /// A read value, by position (the body and the buffers are only borrowed once the scan is done).
@@ -269,6 +286,32 @@ enum Kind {
 }
 
 impl<'s> Scanner<'s> {
+    /// Plan node `i` (plans only name their own nodes: a miss gives up rather than panics).
+    #[inline(always)]
+    fn node(&self, i: usize) -> Scan<&'s PlanNode> {
+        self.plan.nodes.get(i).ok_or(GiveUp)
+    }
+
+    /// The body's bytes `a..b`.
+    #[inline(always)]
+    fn bytes(&self, a: usize, b: usize) -> Scan<&'s [u8]> {
+        self.b.get(a..b).ok_or(GiveUp)
+    }
+
+    #[inline(always)]
+    fn set_raw(&mut self, slot: u32, raw: Raw) {
+        if let Some(r) = self.sc.raw.get_mut(slot as usize) {
+            *r = raw;
+        }
+    }
+
+    #[inline(always)]
+    fn set_visited(&mut self, node: usize, visited: bool) {
+        if let Some(v) = self.sc.visited.get_mut(node) {
+            *v = visited;
+        }
+    }
+
     #[inline(always)]
     fn ws(&mut self) {
         while let Some(&c) = self.b.get(self.pos) {
@@ -345,11 +388,11 @@ impl<'s> Scanner<'s> {
             match child {
                 Some(c) => {
                     let c = c as usize;
-                    if self.sc.visited[c] {
+                    if self.sc.visited.get(c).copied().unwrap_or(false) {
                         // a repeated key: the last one wins
-                        self.reset(c);
+                        self.reset(c)?;
                     }
-                    self.sc.visited[c] = true;
+                    self.set_visited(c, true);
                     self.value(c, depth + 1)?;
                 }
                 None => self.skip(depth + 1)?,
@@ -371,49 +414,51 @@ impl<'s> Scanner<'s> {
         let start = self.pos + 1;
         let (end, escaped) = self.string_end()?;
         self.pos = end + 1;
-        let plan = self.plan;
-        let keys = &plan.nodes[node].keys;
-        if keys.is_empty() {
+        let n = self.node(node)?;
+        let text = self.bytes(start, end)?;
+        if n.keys.is_empty() {
             if escaped {
-                check_escapes(&self.b[start..end])?;
+                check_escapes(text)?;
             }
             return Ok(None);
         }
+        let child = |k: &[u8]| n.keys.iter().find(|(name, _)| same_bytes(name.as_bytes(), k)).map(|(_, c)| *c);
         if !escaped {
-            let k = &self.b[start..end];
-            return Ok(keys.iter().find(|(n, _)| n.as_bytes() == k).map(|(_, c)| *c));
+            // (an escaped key's length in the body is not its length: it is compared below)
+            if n.key_lengths & length_bit(text.len()) == 0 {
+                return Ok(None);
+            }
+            return Ok(child(text));
         }
         let mut key = std::mem::take(&mut self.sc.key);
         key.clear();
-        unescape(&self.b[start..end], &mut key)?;
-        let found = keys.iter().find(|(n, _)| **n == *key).map(|(_, c)| *c);
+        unescape(text, &mut key)?;
+        let found = child(key.as_bytes());
         self.sc.key = key;
         Ok(found)
     }
 
     /// Forgets what an earlier member with the same key set.
-    fn reset(&mut self, node: usize) {
-        let plan = self.plan;
-        let n = &plan.nodes[node];
-        if let Some(s) = n.slot {
-            self.sc.raw[s as usize] = Raw::Nil;
+    fn reset(&mut self, node: usize) -> Scan<()> {
+        let n = self.node(node)?;
+        for &s in n.slot.iter().chain(&n.below) {
+            self.set_raw(s, Raw::Nil);
         }
-        for &s in &n.below {
-            self.sc.raw[s as usize] = Raw::Nil;
+        for &(_, c) in &n.keys {
+            self.set_visited(c as usize, false);
         }
-        let children: Vec<u32> = n.keys.iter().map(|(_, c)| *c).chain(n.indexes.iter().map(|(_, c)| *c)).collect();
-        for c in children {
-            self.sc.visited[c as usize] = false;
+        for &(_, c) in &n.indexes {
+            self.set_visited(c as usize, false);
         }
+        Ok(())
     }
 
     /// The value at the cursor, for plan node `node`: kept whole, or followed.
     fn value(&mut self, node: usize, depth: usize) -> Scan<()> {
-        let plan = self.plan;
-        let n = &plan.nodes[node];
+        let n = self.node(node)?;
         if let Some(slot) = n.slot {
             let raw = self.keep(depth)?;
-            self.sc.raw[slot as usize] = raw;
+            self.set_raw(slot, raw);
             return Ok(());
         }
         match self.kind()? {
@@ -445,7 +490,7 @@ impl<'s> Scanner<'s> {
                     self.literal(if other == Kind::True { b"true" } else { b"false" })?;
                 }
                 for &s in &n.below {
-                    self.sc.raw[s as usize] = Raw::Err(EvalError::NotIndexable { ty });
+                    self.set_raw(s, Raw::Err(EvalError::NotIndexable { ty }));
                 }
                 Ok(())
             }
@@ -454,10 +499,9 @@ impl<'s> Scanner<'s> {
 
     /// Every read slot at or below `node` fails with `e`.
     fn fail_below(&mut self, node: usize, e: EvalError) {
-        let plan = self.plan;
-        let n = &plan.nodes[node];
+        let Ok(n) = self.node(node) else { return };
         for &s in n.slot.iter().chain(&n.below) {
-            self.sc.raw[s as usize] = Raw::Err(e);
+            self.set_raw(s, Raw::Err(e));
         }
     }
 
@@ -466,8 +510,7 @@ impl<'s> Scanner<'s> {
         if depth > self.max_depth {
             return Err(GiveUp);
         }
-        let plan = self.plan;
-        let wanted = &plan.nodes[node].indexes;
+        let wanted = &self.node(node)?.indexes;
         let from_end = wanted.iter().any(|(i, _)| *i < 0);
         let first_offset = self.sc.offsets.len();
         self.pos += 1; // `[`
@@ -587,7 +630,7 @@ impl<'s> Scanner<'s> {
                 }
                 let Some(top) = self.sc.open.last_mut() else { return Err(GiveUp) };
                 top.1 += 1;
-                let object = matches!(self.sc.tape[top.0], RawNode::Object { .. });
+                let object = matches!(self.sc.tape.get(top.0), Some(RawNode::Object { .. }));
                 self.ws();
                 match self.peek()? {
                     b',' => {
@@ -622,10 +665,12 @@ impl<'s> Scanner<'s> {
     fn close_container(&mut self) {
         let Some((start, len)) = self.sc.open.pop() else { return };
         let count = self.sc.tape.len() - start - 1;
-        self.sc.tape[start] = match self.sc.tape[start] {
-            RawNode::Object { .. } => RawNode::Object { len, count },
-            _ => RawNode::Array { len, count },
-        };
+        if let Some(node) = self.sc.tape.get_mut(start) {
+            *node = match node {
+                RawNode::Object { .. } => RawNode::Object { len, count },
+                _ => RawNode::Array { len, count },
+            };
+        }
     }
 
     /// Steps over the value at the cursor, checking it (iteratively: nesting is deep).
@@ -749,7 +794,7 @@ impl<'s> Scanner<'s> {
     fn skip_string(&mut self) -> Scan<()> {
         let (end, escaped) = self.string_end()?;
         if escaped {
-            check_escapes(&self.b[self.pos + 1..end])?;
+            check_escapes(self.bytes(self.pos + 1, end)?)?;
         }
         self.pos = end + 1;
         Ok(())
@@ -764,7 +809,7 @@ impl<'s> Scanner<'s> {
             return Ok(StrRef::Body(start as u32, end as u32));
         }
         let from = self.sc.buf.len();
-        unescape(&self.b[start..end], &mut self.sc.buf)?;
+        unescape(self.bytes(start, end)?, &mut self.sc.buf)?;
         Ok(StrRef::Buf(from as u32, self.sc.buf.len() as u32))
     }
 
@@ -884,7 +929,11 @@ impl<'s> Scanner<'s> {
             Number::Int(v) => Ok(StaticNode::I64(v)),
             // floats, and integers beyond 64 bits (read as the nearest float, as simd-json does)
             Number::Other(a, b) => {
-                let f: f64 = self.text(a as usize, b as usize)?.parse().map_err(|_| GiveUp)?;
+                let text = self.text(a as usize, b as usize)?;
+                if let Some(f) = short_decimal(text.as_bytes()) {
+                    return Ok(StaticNode::F64(f));
+                }
+                let f: f64 = text.parse().map_err(|_| GiveUp)?;
                 if f.is_finite() {
                     Ok(StaticNode::F64(f))
                 } else {
@@ -893,6 +942,46 @@ impl<'s> Scanner<'s> {
             }
         }
     }
+}
+
+/// Powers of ten that are exact floats.
+const EXACT_POWERS_OF_TEN: [f64; 16] =
+    [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+
+/// A decimal without an exponent and of at most 15 digits (`1200.5`, `-0.42`), as the nearest
+/// float: its digits and the power of ten dividing them are exact floats, so one division is
+/// correctly rounded (Clinger's fast path), as a full parse is. `None` for anything else.
+fn short_decimal(text: &[u8]) -> Option<f64> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let mut mantissa: u64 = 0;
+    let mut count = 0;
+    let mut fraction: Option<usize> = None;
+    for &c in digits {
+        match c {
+            b'0'..=b'9' => {
+                mantissa = mantissa * 10 + u64::from(c - b'0');
+                count += 1;
+                if let Some(f) = fraction.as_mut() {
+                    *f += 1;
+                }
+                if count > 15 {
+                    return None;
+                }
+            }
+            b'.' if fraction.is_none() => fraction = Some(0),
+            _ => return None,
+        }
+    }
+    let fraction = fraction.unwrap_or(0);
+    // digits on both sides of a point (the scan has checked the JSON grammar; this holds anyway)
+    if count == fraction || digits.last() == Some(&b'.') {
+        return None;
+    }
+    let value = mantissa as f64 / EXACT_POWERS_OF_TEN.get(fraction)?;
+    Some(if negative { -value } else { value })
 }
 
 /// A number as the scan sees it: an int that fits 64 bits, or the text of anything else.
@@ -905,8 +994,8 @@ enum Number {
 /// Checks the escapes of a string's content (between its quotes).
 fn check_escapes(s: &[u8]) -> Scan<()> {
     let mut i = 0;
-    while i < s.len() {
-        if s[i] != b'\\' {
+    while let Some(&c) = s.get(i) {
+        if c != b'\\' {
             i += 1;
             continue;
         }
@@ -952,12 +1041,13 @@ fn escaped_char(s: &[u8], i: usize) -> Scan<(char, usize)> {
 fn unescape(s: &[u8], out: &mut String) -> Scan<()> {
     let mut i = 0;
     let mut run = 0;
-    while i < s.len() {
-        if s[i] != b'\\' {
+    let text = |a: usize, b: usize| s.get(a..b).and_then(|t| std::str::from_utf8(t).ok()).ok_or(GiveUp);
+    while let Some(&c) = s.get(i) {
+        if c != b'\\' {
             i += 1;
             continue;
         }
-        out.push_str(std::str::from_utf8(&s[run..i]).map_err(|_| GiveUp)?);
+        out.push_str(text(run, i)?);
         let (c, used) = match s.get(i + 1) {
             Some(b'"') => ('"', 2),
             Some(b'\\') => ('\\', 2),
@@ -974,7 +1064,7 @@ fn unescape(s: &[u8], out: &mut String) -> Scan<()> {
         i += used;
         run = i;
     }
-    out.push_str(std::str::from_utf8(&s[run..]).map_err(|_| GiveUp)?);
+    out.push_str(text(run, s.len())?);
     Ok(())
 }
 
@@ -1055,6 +1145,71 @@ mod tests {
             }
             assert!(scanned.is_some() || !body.starts_with('{'), "the scan gave up on {body}");
         }
+    }
+
+    /// Keys are told apart by their length first: keys as long as a read one, longer than 63
+    /// bytes (which share one length bit), and escaped keys (whose length in the body is not
+    /// their length) still find their slots, and only theirs.
+    #[test]
+    fn keys_are_found_whatever_their_length() {
+        let long = "k".repeat(70);
+        let longer = "k".repeat(80);
+        let read = [format!("{long} == 1"), "abc == 1".into(), "h.xy == 1".into()];
+        let p = program(&read.iter().map(String::as_str).collect::<Vec<_>>());
+        for body in [
+            format!(r#"{{"{longer}": 5, "{long}": 7, "abd": 2, "abc": 3, "h": {{"xz": 1, "xy": 2}}}}"#),
+            format!(r#"{{"{long}": 7, "{longer}": 5, "ab\u0063": 4, "h": {{"x\u0079": 8}}}}"#),
+            r#"{"ab": 1, "abcd": 2, "h": {"x": 1, "xyz": 2}}"#.into(),
+        ] {
+            let (scanned, full) = both(&p, &body);
+            assert!(scanned.is_some(), "the scan gave up on {body}");
+            assert_eq!(scanned, full, "{body}");
+        }
+        let (scanned, _) = both(&p, &format!(r#"{{"{long}": 7, "ab\u0063": 4, "h": {{"xy": 2}}}}"#));
+        assert_eq!(scanned, Some(vec!["7 Int".into(), "4 Int".into(), "2 Int".into()]));
+    }
+
+    /// Short decimals read by the fast path are the floats a full parse gives.
+    #[test]
+    fn short_decimals_are_read_as_the_full_parse_reads_them() {
+        let mut texts: Vec<String> = [
+            "0.0",
+            "-0.0",
+            "1200.5",
+            "0.1",
+            "0.2",
+            "0.3",
+            "0.30000000000000004",
+            "123456789012345",
+            "1.23456789012345",
+            "999999999999999.9",
+            "9007199254740993.0",
+            "0.000000000000001",
+            "00.5",
+            "1.",
+            "1.5e3",
+            "-",
+            ".5",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let digits = (x % 999_999_999_999_999).to_string();
+            let point = (x >> 50) as usize % (digits.len() + 1);
+            texts.push(format!("{}.{}", &digits[..point], &digits[point..]).trim_start_matches('.').to_string());
+        }
+        for t in &texts {
+            let full = t.parse::<f64>().ok();
+            if let Some(fast) = short_decimal(t.as_bytes()) {
+                assert_eq!(Some(fast.to_bits()), full.map(f64::to_bits), "{t}");
+            }
+        }
+        assert!(short_decimal(b"1200.5").is_some() && short_decimal(b"1.5e3").is_none());
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //! given up is dropped only half a second later ([`retire`]): may's scheduler reads an I/O
 //! operation's state for a moment after it made the coroutine runnable elsewhere, so that
 //! state must outlive the operation (see [`connect`]).
+// Slices of the response buffer are bounded by the lengths httparse and the reads returned.
+#![allow(clippy::indexing_slicing)]
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -160,7 +162,6 @@ type Stream = Box<TcpStream>;
 /// scheduler read the stream's own state instead, which [`retire`] keeps alive.
 fn connect(addr: SocketAddr, deadline: Instant) -> Result<Stream, ClientError> {
     use socket2::{Domain, Protocol, Socket, Type};
-    use std::os::fd::{FromRawFd, IntoRawFd};
     remaining(deadline)?;
     let socket =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(ClientError::Connect)?;
@@ -171,10 +172,7 @@ fn connect(addr: SocketAddr, deadline: Instant) -> Result<Stream, ClientError> {
         Err(e) if e.raw_os_error() == Some(nix::libc::EINPROGRESS) => {}
         Err(e) => return Err(ClientError::Connect(e)),
     }
-    let fd = std::net::TcpStream::from(socket).into_raw_fd();
-    // SAFETY: the descriptor is the socket opened above, owned by nothing else; may's stream
-    // takes it over (and closes it when dropped).
-    Ok(Box::new(unsafe { TcpStream::from_raw_fd(fd) }))
+    Ok(Box::new(clef_sys::may_stream(std::net::TcpStream::from(socket))))
 }
 
 fn broken(error: io::Error, answered: bool, deadline: Instant) -> ClientError {

@@ -8,6 +8,8 @@
 //! Every tick (50 ms) the thread also sums the forwards that failed since the last tick
 //! (passive outlier detection), and publishes a new instance table when anything changed (and
 //! at least once a second, so that freshness decays).
+// Indexes are instance numbers of the configured list the prober was built from.
+#![allow(clippy::indexing_slicing)]
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;

@@ -4,7 +4,6 @@
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 
 use socket2::{Domain, Socket, Type};
 
@@ -38,37 +37,18 @@ pub fn bind_exclusive(addr: SocketAddr) -> io::Result<may::net::TcpListener> {
     socket.set_reuse_address(true)?;
     socket.bind(&addr.into())?;
     socket.listen(BACKLOG)?;
-    let std_listener: std::net::TcpListener = socket.into();
-    // SAFETY: the descriptor was just created above and is owned by nothing else; may's
-    // listener takes it over (and closes it when dropped).
-    Ok(unsafe { may::net::TcpListener::from_raw_fd(std_listener.into_raw_fd()) })
+    Ok(clef_sys::may_listener(socket.into()))
 }
 
 /// Bounds the kernel memory an accepted connection can pin.
 pub fn tune_accepted(stream: &may::net::TcpStream) {
     let _ = stream.set_nodelay(true);
-    let fd = Borrowed(stream.as_raw_fd());
-    let _ = socket2::SockRef::from(&fd).set_send_buffer_size(SEND_BUFFER_BYTES);
+    let _ = socket2::SockRef::from(stream.inner()).set_send_buffer_size(SEND_BUFFER_BYTES);
 }
 
 /// Bytes written to `stream` that its peer has not acknowledged (Linux `TIOCOUTQ`).
 pub fn unsent_bytes(stream: &may::net::TcpStream) -> Option<usize> {
-    let mut queued: nix::libc::c_int = 0;
-    // SAFETY: TIOCOUTQ writes one c_int through the pointer, which points at `queued`;
-    // the descriptor belongs to `stream`, which outlives the call.
-    let rc = unsafe { nix::libc::ioctl(stream.as_raw_fd(), nix::libc::TIOCOUTQ, &mut queued) };
-    (rc == 0).then(|| usize::try_from(queued).unwrap_or(0))
-}
-
-/// A raw descriptor borrowed for one socket option call.
-struct Borrowed(std::os::fd::RawFd);
-
-impl std::os::fd::AsFd for Borrowed {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        // SAFETY: `Borrowed` only lives for the duration of a call on a stream that keeps
-        // the descriptor open.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.0) }
-    }
+    clef_sys::unsent_bytes(stream.inner())
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@
 //! window again, so a chunk moving on while it looks is found at its next place; each chunk
 //! and frame carries the time range of its ids, so a lookup decodes only the frames that can
 //! hold the id.
+// Every index is a worker slot masked by the slot count or a position checked just before; each
+// `expect` names an invariant of the lines above it.
+#![allow(clippy::indexing_slicing, clippy::expect_used)]
 
 use std::collections::VecDeque;
 use std::fs::File;

@@ -32,6 +32,14 @@
 //! Atoms therefore also carry a type class (nil, bool, small number, other number, string,
 //! array, object, unreadable).
 //!
+//! **Pattern groups.** The regex and substring tests of one subject are answered by one literal
+//! pass (`expr::patterns`): a test none of whose required literals occurs is false. That pass
+//! is a field too: a conjunct of such tests (`content ~ "t\\.me/"`, `(content contains "x" ||
+//! content ~ "y")`) is false without an error, on a string, unless one of its tests' literals
+//! occurred, so the columns reading only absent literals are ruled out. On a subject that is
+//! not a string every test fails, and every column reading the group is kept. A moderation
+//! table of 500 regexes then evaluates the few rules whose literals the message holds.
+//!
 //! **Per decision.** For each field, the input's atom selects two bitsets over the columns:
 //! `keep` (no indexed conjunct on the field is false) and `unsafe` (some conjunct that must be
 //! safe is not). Candidates = (AND of the keeps) OR (OR of the unsafes) OR the columns nothing
@@ -48,7 +56,7 @@ use crate::expr::ir::Node;
 use crate::expr::ops::{self, BinOp, EvalError, UnOp};
 use crate::expr::program::{Program, SlotValue};
 use crate::expr::safety::{self, Classes, FieldRef, Requirements, Safety};
-use crate::expr::value::{Array, Const, Object, Type, Value};
+use crate::expr::value::{same_bytes, Array, Const, Object, Type, Value};
 
 /// Upper bound on one field's bitsets, in bytes; a field needing more is not indexed.
 const MAX_FIELD_BYTES: usize = 4 << 20;
@@ -66,6 +74,9 @@ enum Source {
     /// a test of a field against a literal that several rules share, computed once per
     /// decision: `"key" in f`, `f contains "x"`, `f startsWith "x"`, `f endsWith "x"`
     Test(BinOp, FieldRef, Box<str>),
+    /// the literal pass of a pattern group (the regex and substring tests of one subject):
+    /// which of its tests may hold
+    Group(u32),
 }
 
 /// Fixed atoms of slot and memo fields.
@@ -86,7 +97,7 @@ type MemberObject = [(Box<str>, Const); 1];
 #[derive(Debug)]
 struct FieldIndex {
     source: Source,
-    strings: FxHashMap<Box<str>, u32>,
+    strings: StringAtoms,
     numbers: Vec<Const>,
     /// the numbers as floats, when every one is exactly a float
     floats: Option<Vec<f64>>,
@@ -98,9 +109,72 @@ struct FieldIndex {
     unsafe_bits: Vec<u64>,
 }
 
+/// A field's literal strings and their atoms. Most fields have a few: those are compared in
+/// turn (lengths first, which tell most apart), cheaper than hashing the input's string.
+#[derive(Debug)]
+enum StringAtoms {
+    Few(Vec<(Box<str>, u32)>),
+    Many(FxHashMap<Box<str>, u32>),
+}
+
+/// Up to this many strings are compared in turn.
+const FEW_STRINGS: usize = 8;
+
+impl StringAtoms {
+    fn new(strings: Vec<(Box<str>, u32)>) -> StringAtoms {
+        if strings.len() <= FEW_STRINGS {
+            StringAtoms::Few(strings)
+        } else {
+            StringAtoms::Many(strings.into_iter().collect())
+        }
+    }
+
+    #[inline]
+    fn get(&self, s: &str) -> Option<u32> {
+        match self {
+            StringAtoms::Few(all) => all.iter().find(|(k, _)| same_bytes(k.as_bytes(), s.as_bytes())).map(|(_, a)| *a),
+            StringAtoms::Many(map) => map.get(s).copied(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            StringAtoms::Few(all) => all.len(),
+            StringAtoms::Many(map) => map.len(),
+        }
+    }
+}
+
 const NO_ROW: u32 = u32::MAX;
 /// Integers up to this magnitude are exactly floats.
 const EXACT: u64 = 1 << 53;
+
+/// A pattern group read by the index: its literal pass proves tests false.
+///
+/// A conjunct such as `content ~ "t\\.me/"` or `(content contains "x" || content ~ "y")`
+/// is false without an error, on a string, when none of its tests' required literals occurred
+/// (see `expr::patterns`). One pass over the subject says which literals did; each test none of
+/// whose literals occurred rules out the columns that read it. A column may read several tests
+/// of one group in different conjuncts (`content contains "x" && content ~ "y"`), each false
+/// on its own: the `n`-th such conjunct of every column is level `n`, and a column is kept only
+/// if every level keeps it.
+#[derive(Debug)]
+struct GroupIndex {
+    group: u32,
+    /// the group's subject (the tests' operand)
+    subject: FieldRef,
+    levels: Vec<GroupLevel>,
+    /// every column some level can rule out: all kept when the subject is not a string
+    used: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct GroupLevel {
+    /// the columns whose conjunct at this level the literal pass can prove false
+    ruled: Vec<u64>,
+    /// by test of the group: the columns whose conjunct at this level holds only if it may
+    columns_of: Vec<Vec<u32>>,
+}
 
 /// The index of one table's rules.
 #[derive(Debug)]
@@ -111,6 +185,7 @@ pub struct RuleIndex {
     /// columns that nothing can rule out
     always: Vec<u64>,
     fields: Vec<FieldIndex>,
+    groups: Vec<GroupIndex>,
 }
 
 /// The rules an input leaves possible, as a bitset over columns.
@@ -118,16 +193,26 @@ pub struct Candidates {
     bits: Words,
 }
 
-/// A bitset's words: on the stack for tables of up to 512 columns.
+impl Candidates {
+    /// Room for the candidates of `index`, filled by [`RuleIndex::select`]: made by the caller,
+    /// in place, so that a decision does not copy a bitset around.
+    pub fn for_index(index: &RuleIndex) -> Candidates {
+        Candidates { bits: Words::filled(index.words, u64::MAX) }
+    }
+}
+
+/// A bitset's words: on the stack for tables of up to 1024 columns.
 enum Words {
-    Inline([u64; 8], usize),
+    Inline([u64; INLINE_WORDS], usize),
     Heap(Vec<u64>),
 }
 
+const INLINE_WORDS: usize = 16;
+
 impl Words {
     fn filled(n: usize, v: u64) -> Words {
-        if n <= 8 {
-            Words::Inline([v; 8], n)
+        if n <= INLINE_WORDS {
+            Words::Inline([v; INLINE_WORDS], n)
         } else {
             Words::Heap(vec![v; n])
         }
@@ -135,14 +220,14 @@ impl Words {
 
     fn get(&self) -> &[u64] {
         match self {
-            Words::Inline(w, n) => &w[..*n],
+            Words::Inline(w, n) => w.split_at((*n).min(INLINE_WORDS)).0,
             Words::Heap(v) => v,
         }
     }
 
     fn get_mut(&mut self) -> &mut [u64] {
         match self {
-            Words::Inline(w, n) => &mut w[..*n],
+            Words::Inline(w, n) => w.split_at_mut((*n).min(INLINE_WORDS)).0,
             Words::Heap(v) => v,
         }
     }
@@ -232,9 +317,74 @@ fn term_source(node: &Node) -> Option<Source> {
         Node::StrTest { operand: x, op, needle, .. } => Some(Source::Test(*op, field_ref(x)?, needle.clone())),
         Node::Unary(UnOp::Not, x) => term_source(x),
         Node::And(items) | Node::Or(items) => {
-            let first = term_source(items.first()?)?;
-            items[1..].iter().all(|i| term_source(i).as_ref() == Some(&first)).then_some(first)
+            let (first, rest) = items.split_first()?;
+            let first = term_source(first)?;
+            rest.iter().all(|i| term_source(i).as_ref() == Some(&first)).then_some(first)
         }
+        _ => None,
+    }
+}
+
+/// The field of one conjunct as the index reads it: a pattern group (when the literal pass can
+/// prove the conjunct false), or what [`term_source`] finds.
+fn conjunct_source(c: &Conjunct<'_>, program: &Program) -> Option<Source> {
+    match pattern_tests(c.node, c.negate, program) {
+        Some((group, _)) => Some(Source::Group(group)),
+        None => term_source(c.node),
+    }
+}
+
+/// The group and the tests of it that `node` (read through `negate` negations) reads, when it
+/// is false — without an error, on a string subject — unless one of those tests holds: a test
+/// with required literals (`matches`, `~`, `contains`, or `!~` under a negation), an `||` of
+/// such tests, an `&&` of tests of the group with one such among them.
+fn pattern_tests(node: &Node, negate: bool, program: &Program) -> Option<(u32, Vec<u32>)> {
+    match node {
+        Node::PatternHit { group, index, op, .. } => {
+            let positive = (*op != BinOp::NotMatches) != negate;
+            let prefiltered = program.groups.get(*group as usize).is_some_and(|g| g.prefiltered(*index as usize));
+            (positive && prefiltered).then(|| (*group, vec![*index]))
+        }
+        Node::Unary(UnOp::Not, x) => pattern_tests(x, !negate, program),
+        // false only when every item is
+        Node::Or(items) | Node::And(items) if matches!(node, Node::Or(_)) != negate => {
+            let mut found: Option<(u32, Vec<u32>)> = None;
+            for item in items {
+                let (group, tests) = pattern_tests(item, negate, program)?;
+                match &mut found {
+                    Some((g, all)) if *g == group => all.extend(tests),
+                    Some(_) => return None,
+                    None => found = Some((group, tests)),
+                }
+            }
+            found
+        }
+        // false when any item is, provided none before it can fail: all are tests of the group
+        Node::Or(items) | Node::And(items) => {
+            let (group, tests) = items.iter().find_map(|i| pattern_tests(i, negate, program))?;
+            items.iter().all(|i| only_tests_of(i, group)).then_some((group, tests))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `node` is made of tests of pattern group `group` alone (with `!`, `&&`, `||`):
+/// on a string subject it never fails.
+fn only_tests_of(node: &Node, group: u32) -> bool {
+    match node {
+        Node::PatternHit { group: g, .. } => *g == group,
+        Node::Unary(UnOp::Not, x) => only_tests_of(x, group),
+        Node::And(items) | Node::Or(items) => items.iter().all(|i| only_tests_of(i, group)),
+        _ => false,
+    }
+}
+
+/// The subject of the pattern tests in `node`.
+fn pattern_subject(node: &Node) -> Option<FieldRef> {
+    match node {
+        Node::PatternHit { operand, .. } => field_ref(operand),
+        Node::Unary(_, x) => pattern_subject(x),
+        Node::And(items) | Node::Or(items) => items.iter().find_map(pattern_subject),
         _ => None,
     }
 }
@@ -281,6 +431,9 @@ struct AtomTable<'a> {
 
 impl RuleIndex {
     /// Builds the index for `program.exprs` (one condition per rule).
+    // Load time: every index is a position in a vector sized here (columns, atoms, words) or
+    // a key this function inserted.
+    #[allow(clippy::indexing_slicing)]
     pub fn build(program: &Program) -> RuleIndex {
         let all_columns: Vec<Vec<Vec<Conjunct<'_>>>> = program.exprs.iter().map(columns).collect();
         let columns_count: usize = all_columns.iter().map(Vec::len).sum();
@@ -292,7 +445,7 @@ impl RuleIndex {
         let mut uses: FxHashMap<Source, usize> = FxHashMap::default();
         for col in all_columns.iter().flatten() {
             for c in col {
-                if let Some(src) = term_source(c.node) {
+                if let Some(src) = conjunct_source(c, program) {
                     *uses.entry(src.clone()).or_default() += 1;
                     let entry = lits.entry(src.clone()).or_insert_with(|| {
                         sources.push(src);
@@ -306,6 +459,10 @@ impl RuleIndex {
         // computed for every decision; a test only one rule has is cheaper left in the rule).
         let mut tests = 0;
         sources.retain(|src| {
+            // a group's index takes a few bytes per column that reads it
+            if matches!(src, Source::Group(_)) {
+                return true;
+            }
             if matches!(src, Source::Test(..)) {
                 if uses[src] < 2 {
                     return false;
@@ -335,7 +492,7 @@ impl RuleIndex {
         for (rule, cols) in all_columns.into_iter().enumerate() {
             for col in cols {
                 column_rule.push(rule as u32);
-                plans.push(plan_column(col, &field_of, &safety));
+                plans.push(plan_column(col, program, &field_of, &safety));
             }
         }
 
@@ -376,8 +533,13 @@ impl RuleIndex {
         }
         let empty: Vec<&Const> = Vec::new();
         let mut fields = Vec::new();
+        let mut groups = Vec::new();
         for (id, src) in sources.iter().enumerate() {
             let table = match src {
+                Source::Group(g) => {
+                    groups.extend(build_group(program, *g, id, &plans, words));
+                    continue;
+                }
                 Source::Test(op, _, literal) => {
                     let member = member_objects.iter().find(|(s, _)| s == src).map(|(_, o)| &o[..]);
                     test_atoms(*op, literal, member)
@@ -389,22 +551,22 @@ impl RuleIndex {
                 fields.push(f);
             }
         }
-        RuleIndex { words, column_rule, always, fields }
+        RuleIndex { words, column_rule, always, fields, groups }
     }
 
-    /// Number of fields the index uses.
+    /// Number of fields the index uses (pattern groups included).
     pub fn indexed_fields(&self) -> usize {
-        self.fields.iter().filter(|f| !f.keep.is_empty()).count()
+        self.fields.iter().filter(|f| !f.keep.is_empty()).count() + self.groups.len()
     }
 
-    /// Looks up the input's atoms: the columns (hence rules) still possible. Shared
-    /// sub-expressions the index reads are computed (once) into `cx`.
-    pub fn select(&self, cx: &mut Ctx<'_>) -> Candidates {
-        let mut keep = Words::filled(self.words, u64::MAX);
+    /// Looks up the input's atoms: the columns (hence rules) still possible, into `candidates`
+    /// (made by [`Candidates::for_index`]). Shared sub-expressions the index reads are computed
+    /// (once) into `cx`.
+    pub fn select(&self, cx: &mut Ctx<'_>, candidates: &mut Candidates) {
         let mut extra = Words::filled(self.words, 0);
-        extra.get_mut().copy_from_slice(&self.always);
         {
-            let (keep, extra) = (keep.get_mut(), extra.get_mut());
+            let (keep, extra) = (candidates.bits.get_mut(), extra.get_mut());
+            keep.iter_mut().for_each(|k| *k = u64::MAX);
             for f in &self.fields {
                 let atom = f.atom(cx);
                 let row = f.keep_rows.get(atom).copied().unwrap_or(NO_ROW);
@@ -422,9 +584,13 @@ impl RuleIndex {
                     }
                 }
             }
-            keep.iter_mut().zip(extra.iter()).for_each(|(k, e)| *k |= e);
+            for g in &self.groups {
+                g.select(cx, keep, extra, self.words);
+            }
+            for ((k, e), a) in keep.iter_mut().zip(extra.iter()).zip(&self.always) {
+                *k |= e | a;
+            }
         }
-        Candidates { bits: keep }
     }
 
     /// Calls `visit` with each rule that may match, in rule order, among those set in
@@ -457,7 +623,15 @@ fn source_of(f: FieldRef) -> Source {
     }
 }
 
-fn plan_column<'n>(col: Vec<Conjunct<'n>>, field_of: &FxHashMap<Source, usize>, safety: &Safety<'_>) -> ColumnPlan<'n> {
+// Load time: every index is a position in a vector sized here (columns, atoms, words) or
+// a key this function inserted.
+#[allow(clippy::indexing_slicing)]
+fn plan_column<'n>(
+    col: Vec<Conjunct<'n>>,
+    program: &Program,
+    field_of: &FxHashMap<Source, usize>,
+    safety: &Safety<'_>,
+) -> ColumnPlan<'n> {
     enum Kind {
         Indexed(usize),
         Other(Requirements),
@@ -465,7 +639,7 @@ fn plan_column<'n>(col: Vec<Conjunct<'n>>, field_of: &FxHashMap<Source, usize>, 
     }
     let kinds: Vec<Kind> = col
         .iter()
-        .map(|c| match term_source(c.node).and_then(|s| field_of.get(&s).copied()) {
+        .map(|c| match conjunct_source(c, program).and_then(|s| field_of.get(&s).copied()) {
             Some(f) => Kind::Indexed(f),
             None => match safety.bool_requirements(c.node) {
                 Some(req) => Kind::Other(req),
@@ -501,6 +675,9 @@ fn plan_column<'n>(col: Vec<Conjunct<'n>>, field_of: &FxHashMap<Source, usize>, 
 /// The atoms of a field: fixed ones, one per literal string, and the numbers and the
 /// intervals between them. `by_class` adds the bounds of small numbers, so that each atom has
 /// one type class.
+// Load time: every index is a position in a vector sized here (columns, atoms, words) or
+// a key this function inserted.
+#[allow(clippy::indexing_slicing)]
 fn atom_table<'a>(lits: &[&Const], by_class: bool, arena: &'a Bump) -> AtomTable<'a> {
     let mut strings: Vec<&'a str> = Vec::new();
     let mut numbers: Vec<Const> = Vec::new();
@@ -621,6 +798,9 @@ fn outcome<'a>(c: &Conjunct<'a>, cx: &mut Ctx<'a>) -> Outcome {
     }
 }
 
+// Load time: every index is a position in a vector sized here (columns, atoms, words) or
+// a key this function inserted.
+#[allow(clippy::indexing_slicing)]
 fn build_field(
     program: &Program,
     src: &Source,
@@ -675,7 +855,7 @@ fn build_field(
                 }
             }
             (Source::Memo(m) | Source::Test(_, FieldRef::Memo(m), _), Some(v)) => cx.set_memo(*m, *v),
-            (_, None) => {}
+            (Source::Group(_), _) | (_, None) => {}
         }
         for &(c, conj, must_be_safe) in &terms {
             let o = if rep.is_some() { outcome(conj, &mut cx) } else { Outcome::Unknown };
@@ -713,7 +893,9 @@ fn build_field(
     if keep_out.is_empty() && unsafe_out.is_empty() {
         return None;
     }
-    let strings = table.strings.iter().enumerate().map(|(i, s)| (Box::<str>::from(*s), (FIXED + i) as u32)).collect();
+    let strings = StringAtoms::new(
+        table.strings.iter().enumerate().map(|(i, s)| (Box::<str>::from(*s), (FIXED + i) as u32)).collect(),
+    );
     debug_assert!(matches!(src, Source::Test(..)) || table.number_base == FIXED + table.strings.len());
     let floats = table
         .numbers
@@ -740,13 +922,12 @@ impl FieldIndex {
     /// The input's atom for this field.
     fn atom(&self, cx: &mut Ctx<'_>) -> usize {
         let v = match &self.source {
-            Source::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
-            Source::Memo(m) => cx.memo(*m),
+            Source::Slot(s) => read(cx, FieldRef::Slot(*s)),
+            Source::Memo(m) => read(cx, FieldRef::Memo(*m)),
+            // not a field of atoms
+            Source::Group(_) => return READ_ERROR,
             Source::Test(op, field, literal) => {
-                let v = match field {
-                    FieldRef::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
-                    FieldRef::Memo(m) => cx.memo(*m),
-                };
+                let v = read(cx, *field);
                 let held = v.and_then(|v| match op {
                     BinOp::In => ops::contains_member(&Value::Str(literal), &v),
                     _ => ops::string_test(*op, &v, &Value::Str(literal)),
@@ -767,7 +948,7 @@ impl FieldIndex {
             Ok(Value::Nil) => NIL,
             Ok(Value::Bool(true)) => TRUE,
             Ok(Value::Bool(false)) => FALSE,
-            Ok(Value::Str(s)) => self.strings.get(s).map_or(OTHER_STRING, |a| *a as usize),
+            Ok(Value::Str(s)) => self.strings.get(s).map_or(OTHER_STRING, |a| a as usize),
             Ok(Value::Array(_)) => ARRAY,
             Ok(Value::Object(_)) => OBJECT,
             Ok(n @ (Value::Int(_) | Value::Float(_))) => {
@@ -794,6 +975,82 @@ impl FieldIndex {
             }
         }
     }
+}
+
+/// The value of a field for this decision (a memo is computed once).
+fn read<'a>(cx: &mut Ctx<'a>, field: FieldRef) -> SlotValue<'a> {
+    match field {
+        FieldRef::Slot(s) => cx.slots.get(s as usize).copied().unwrap_or(Ok(Value::Nil)),
+        FieldRef::Memo(m) => cx.memo(m),
+    }
+}
+
+impl GroupIndex {
+    /// ANDs into `keep` what the literal pass rules out; on a subject that is not a string
+    /// (where the tests fail), every column that reads the group goes into `extra`.
+    fn select(&self, cx: &mut Ctx<'_>, keep: &mut [u64], extra: &mut [u64], words: usize) {
+        let candidates = match read(cx, self.subject) {
+            Ok(Value::Str(s)) => cx.group_candidates(self.group, s),
+            _ => None,
+        };
+        let Some(candidates) = candidates else {
+            extra.iter_mut().zip(&self.used).for_each(|(e, u)| *e |= u);
+            return;
+        };
+        let mut possible = Words::filled(words, 0);
+        let possible = possible.get_mut();
+        for level in &self.levels {
+            possible.iter_mut().for_each(|p| *p = 0);
+            for (w, &word) in candidates.iter().enumerate() {
+                let mut bits = word;
+                while bits != 0 {
+                    let test = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    for &c in level.columns_of.get(test).map(Vec::as_slice).unwrap_or_default() {
+                        if let Some(p) = possible.get_mut(c as usize / 64) {
+                            *p |= 1 << (c % 64);
+                        }
+                    }
+                }
+            }
+            for ((k, r), p) in keep.iter_mut().zip(&level.ruled).zip(possible.iter()) {
+                *k &= !r | p;
+            }
+        }
+    }
+}
+
+/// The index of pattern group `group` (field `id`): each column's conjuncts that read it, by level.
+// Load time: every index is a position in a vector sized here (columns, atoms, words) or
+// a key this function inserted.
+#[allow(clippy::indexing_slicing)]
+fn build_group(program: &Program, group: u32, id: usize, plans: &[ColumnPlan<'_>], words: usize) -> Option<GroupIndex> {
+    let tests = program.groups.get(group as usize)?.len();
+    let mut levels: Vec<GroupLevel> = Vec::new();
+    let mut used = vec![0u64; words];
+    let mut subject = None;
+    for (c, plan) in plans.iter().enumerate() {
+        let mut level = 0;
+        for (_, conj, _) in plan.indexed.iter().filter(|(f, _, _)| *f == id) {
+            let Some((_, reads)) = pattern_tests(conj.node, conj.negate, program) else { continue };
+            subject = subject.or_else(|| pattern_subject(conj.node));
+            if levels.len() <= level {
+                levels.push(GroupLevel { ruled: vec![0; words], columns_of: vec![Vec::new(); tests] });
+            }
+            let at = &mut levels[level];
+            at.ruled[c / 64] |= 1 << (c % 64);
+            used[c / 64] |= 1 << (c % 64);
+            for t in reads {
+                if let Some(cols) = at.columns_of.get_mut(t as usize) {
+                    if cols.last() != Some(&(c as u32)) {
+                        cols.push(c as u32);
+                    }
+                }
+            }
+            level += 1;
+        }
+    }
+    Some(GroupIndex { group, subject: subject?, levels, used })
 }
 
 /// A number strictly between `lo` and `hi` (either may be unbounded), or None
@@ -997,6 +1254,56 @@ mod tests {
                 "{\"items\": [1, 2], \"n\": -5, \"u\": {\"tier\": \"silver\"}, \"session\": 3}",
             ],
         );
+    }
+
+    /// The literal pass of a pattern group as an index field: tests none of whose literals
+    /// occur rule their columns out — alone, in `||` and `&&`, twice in one column, under `!`,
+    /// beside tests without literals — and a subject that is not a string (where every test
+    /// fails) rules nothing out.
+    #[test]
+    fn pattern_groups_rule_out_what_their_literals_cannot_match() {
+        let conditions = [
+            "s ~ \"t\\\\.me/[a-z]+\"",
+            "s contains \"bitcoin\" || s ~ \"(微信|wechat)[0-9]+\"",
+            "n > 1 && (s ~ \"casino\" || s contains \"元\")",
+            "s contains \"hello\" && s ~ \"(?i)free\\\\s+coins\"",
+            "!(s contains \"hello\") && s ~ \"(?i)\\\\bgold\\\\b\"",
+            "(s ~ \"casino\" && s !~ \"[A-Z]{5,}\") || s contains \"x y\"",
+            "s !~ \"casino\" && n == 2",
+            "!(s ~ \"bitcoin\" || s contains \"hello\")",
+            "s ~ \"[A-Z]{5,}\" && n == 3",
+            "lower(s) contains \"free\" || lower(s) contains \"gold\" || lower(s) ~ \"t\\\\.me\"",
+            "lower(s) contains \"casino\" && n < 3",
+            "s contains \"hello\" && n.x == 1",
+            "n == 9",
+        ];
+        agree(
+            &conditions,
+            &[
+                "{}",
+                "{\"s\": \"hello there\", \"n\": 2}",
+                "{\"s\": \"see t.me/abc\", \"n\": 3}",
+                "{\"s\": \"FREE   Coins, hello\", \"n\": 1}",
+                "{\"s\": \"加wechat123 casino\", \"n\": 2}",
+                "{\"s\": \"Gold CASINO\", \"n\": {\"x\": 1}}",
+                "{\"s\": \"SHOUT LOUDLY\", \"n\": 3}",
+                "{\"s\": 5, \"n\": 2}",
+                "{\"s\": [\"hello\"], \"n\": 9}",
+                "{\"s\": null, \"n\": 9}",
+                "{\"s\": \"x y\", \"n\": 9}",
+                "{\"s\": \"价格 3 元\", \"n\": \"2\"}",
+            ],
+        );
+        let rules: Vec<serde_json::Value> = conditions
+            .iter()
+            .enumerate()
+            .map(|(i, c)| serde_json::json!({"id": format!("r{i}"), "condition": c, "action": {}}))
+            .collect();
+        let text = serde_json::json!({"rules": rules}).to_string();
+        let table = Table::from_bytes(Path::new("t.json"), text.as_bytes(), &Limits::default()).unwrap();
+        // a message none of the literals occur in: every rule before the negated one is ruled out
+        let d = table.decide(b"{\"s\": \"nothing to see\", \"n\": 7}", false).unwrap();
+        assert_eq!((d.rule, d.evaluated), (Some(7), 1));
     }
 
     /// A field's memory budget counts distinct literals: 10,000 rules over ten tiers and a few

@@ -115,8 +115,8 @@ pub fn json_error(path: &str, source: &str, e: &serde_json::Error) -> Diagnostic
     let offset = line_col_offset(source, e.line(), e.column());
     let bytes = source.as_bytes();
     if let Some(&close) = bytes.get(offset).filter(|b| matches!(b, b'}' | b']')) {
-        let before = bytes[..offset].iter().rposition(|b| !b.is_ascii_whitespace());
-        if let Some(comma) = before.filter(|&i| bytes[i] == b',') {
+        let before = bytes.iter().take(offset).rposition(|b| !b.is_ascii_whitespace());
+        if let Some(comma) = before.filter(|&i| bytes.get(i) == Some(&b',')) {
             let message = format!("trailing comma before `{}`: JSON allows none here; remove it", close as char);
             return Diagnostic::at_offset(path, source, comma, 1, message);
         }

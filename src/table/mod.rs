@@ -219,7 +219,7 @@ impl Engine {
     /// The id of outcome `i` as a JSON string (what `rule_id` says).
     pub fn outcome_id_json(&self, i: usize) -> &str {
         match self {
-            Engine::Rules(e) => &e.rules[i].id_json,
+            Engine::Rules(e) => e.rules.get(i).map_or("null", |r| &r.id_json),
             Engine::Flash(f) => f.cell_id_json(i),
         }
     }
@@ -235,7 +235,7 @@ impl Engine {
     /// The action outcome `i` answers with as written (or the default for `None`).
     pub fn action_json(&self, outcome: Option<usize>) -> &str {
         match (self, outcome) {
-            (Engine::Rules(e), Some(r)) => &e.rules[r].action_json,
+            (Engine::Rules(e), Some(r)) => e.rules.get(r).map_or("null", |r| &r.action_json),
             (Engine::Rules(e), None) => &e.default_json,
             (Engine::Flash(f), cell) => f.action_json(cell),
         }

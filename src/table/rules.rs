@@ -4,11 +4,12 @@
 use bumpalo::Bump;
 use rustc_hash::FxHashMap;
 
-use super::index::RuleIndex;
+use super::index::{Candidates, RuleIndex};
 use super::template::{MissingValue, Template};
 use crate::expr::ast::{Expr, ExprKind, Step};
 use crate::expr::compile::compile_program;
 use crate::expr::eval::{self, Ctx};
+use crate::expr::ir::{Node, PathSeg};
 use crate::expr::json::write_json_string;
 use crate::expr::ops::{self, EvalError};
 use crate::expr::program::SlotValue;
@@ -268,8 +269,8 @@ impl RuleEngine {
         let plan = ReadPlan::new(&program);
         let mut enabled = vec![0u64; rules.len().div_ceil(64).max(1)];
         for (i, r) in rules.iter().enumerate() {
-            if r.enabled {
-                enabled[i / 64] |= 1 << (i % 64);
+            if let (true, Some(word)) = (r.enabled, enabled.get_mut(i / 64)) {
+                *word |= 1 << (i % 64);
             }
         }
         let default_json = default_action.as_ref().map(|a| a.to_string()).unwrap_or_else(|| "null".into());
@@ -339,7 +340,9 @@ impl RuleEngine {
         if !ids.is_empty() {
             for (i, rule) in self.rules.iter().enumerate() {
                 if ids.contains(&rule.id) {
-                    enabled[i / 64] &= !(1 << (i % 64));
+                    if let Some(word) = enabled.get_mut(i / 64) {
+                        *word &= !(1 << (i % 64));
+                    }
                     rules.push(i);
                     found.push(rule.id.clone());
                 }
@@ -373,16 +376,23 @@ impl RuleEngine {
         switched: Option<&SwitchedOff>,
     ) -> Result<Decision, InputError> {
         let enabled = switched.map_or(&self.enabled[..], SwitchedOff::enabled);
-        if let (false, Some(plan)) = (explain, &self.plan) {
-            let scanned = scan::with_scanned(body, plan, max_depth, |slots| {
+        // One result, returned on every path, is the caller's: the decision is written where
+        // it is read (it is large, and a move through the closures would copy it).
+        let mut out = Ok(Decision::default());
+        let mut decided = false;
+        if let (false, Some(plan), Ok(decision)) = (explain, &self.plan, &mut out) {
+            scan::with_scanned(body, plan, max_depth, |slots| {
                 // a schema mismatch is answered by the full path, which names the field
-                self.schema.passes(&slots).then(|| self.evaluate(slots, &Value::Nil, false, enabled))
+                if self.schema.passes(&slots) {
+                    self.evaluate(slots, &Value::Nil, false, enabled, decision);
+                    decided = true;
+                }
             });
-            if let Some(Some(decision)) = scanned {
-                return Ok(decision);
-            }
         }
-        input::with_parsed(body, max_depth, |root| self.decide_with(&root, explain, enabled))?
+        if !decided {
+            out = input::with_parsed(body, max_depth, |root| self.decide_with(&root, explain, enabled)).and_then(|d| d);
+        }
+        out
     }
 
     /// Decides one input object: the first enabled rule whose condition is
@@ -394,30 +404,46 @@ impl RuleEngine {
     fn decide_with(&self, root: &Value<'_>, explain: bool, enabled: &[u64]) -> Result<Decision, InputError> {
         let slots = self.program.fill_slots(root);
         self.schema.check(&slots, root)?;
-        Ok(self.evaluate(slots, root, explain, enabled))
+        let mut decision = Decision::default();
+        self.evaluate(slots, root, explain, enabled, &mut decision);
+        Ok(decision)
     }
 
-    /// The first enabled rule whose condition holds on `slots` (read from `root`).
-    fn evaluate<'a>(&'a self, slots: Vec<SlotValue<'a>>, root: &Value<'_>, explain: bool, enabled: &[u64]) -> Decision {
+    /// The first enabled rule whose condition holds on `slots` (read from `root`), into
+    /// `decision` (a fresh one).
+    fn evaluate<'a>(
+        &'a self,
+        slots: Vec<SlotValue<'a>>,
+        root: &Value<'_>,
+        explain: bool,
+        enabled: &[u64],
+        decision: &mut Decision,
+    ) {
         let arena = Bump::new();
         let mut cx = Ctx::with_slots(&self.program, &arena, slots);
-        let mut decision = Decision { trace: explain.then(Vec::new), ..Decision::default() };
-        let candidates = self.index.select(&mut cx);
+        if explain {
+            decision.trace = Some(Vec::new());
+        }
+        let mut candidates = Candidates::for_index(&self.index);
+        self.index.select(&mut cx, &mut candidates);
         self.index.for_each(&candidates, enabled, |r| {
+            // the index names rules, and each rule has its condition
+            let Some(condition) = self.program.exprs.get(r) else { return false };
             decision.evaluated += 1;
-            let outcome = eval::eval_condition(&self.program.exprs[r], &mut cx);
-            self.record(&mut decision, r, outcome, root, &cx.slots);
+            let outcome = eval::eval_condition(condition, &mut cx);
+            let why = (explain && outcome == Ok(false)).then(|| self.why_not(r, &mut cx, root));
+            self.record(decision, r, outcome, &cx.slots, why);
             decision.rule.is_some()
         });
         if explain {
             decision.skipped = enabled_before(enabled, self.rules.len(), decision.rule) - decision.evaluated;
         }
-        decision
     }
 
     /// The same decision by the reference evaluator: the schema walked path by
     /// path, then every enabled rule in order, conditions walked from the
-    /// syntax tree, no index.
+    /// syntax tree, no index. Its trace lists every rule tried, each reason found by the
+    /// reference evaluator too.
     pub fn decide_reference(&self, root: &Value<'_>) -> Result<Decision, InputError> {
         self.decide_reference_with(root, None)
     }
@@ -433,7 +459,7 @@ impl RuleEngine {
         let arena = Bump::new();
         // placeholders are filled the same way on both paths: they are not what this checks
         let slots = if self.rules.iter().any(Rule::has_templates) { self.program.fill_slots(root) } else { Vec::new() };
-        let mut decision = Decision::default();
+        let mut decision = Decision { trace: Some(Vec::new()), ..Decision::default() };
         for (r, rule) in self.rules.iter().enumerate() {
             if !bit(enabled, r) {
                 continue;
@@ -441,7 +467,8 @@ impl RuleEngine {
             decision.evaluated += 1;
             let outcome =
                 reference::evaluate(&rule.ast, root, &self.params, &arena).and_then(|v| ops::condition_outcome(&v));
-            self.record(&mut decision, r, outcome, root, &slots);
+            let why = (outcome == Ok(false)).then(|| self.why_not_reference(r, root));
+            self.record(&mut decision, r, outcome, &slots, why);
             if decision.rule.is_some() {
                 break;
             }
@@ -450,16 +477,16 @@ impl RuleEngine {
     }
 
     /// Records one evaluated rule: its warning, the match (with its action built when it has
-    /// placeholders), and the trace line.
+    /// placeholders), and the trace line (`why`: the reason of a false condition).
     fn record(
         &self,
         decision: &mut Decision,
         r: usize,
         outcome: Result<bool, EvalError>,
-        root: &Value<'_>,
         slots: &[SlotValue<'_>],
+        why: Option<String>,
     ) {
-        let rule = &self.rules[r];
+        let Some(rule) = self.rules.get(r) else { return };
         let mut matched = outcome == Ok(true);
         let mut reason = None;
         match outcome {
@@ -496,7 +523,7 @@ impl RuleEngine {
                     rule.condition,
                     decision.action.as_deref().unwrap_or(&rule.action_json)
                 ),
-                Ok(false) => self.why_not(r, root),
+                Ok(false) => why.unwrap_or_default(),
                 Err(e) => format!("error: {e}"),
             });
             trace.push(TraceEntry { rule: r, matched, reason });
@@ -552,45 +579,97 @@ impl RuleEngine {
         }
     }
 
-    /// The first top-level conjunct that did not hold, with the values it read.
-    fn why_not(&self, r: usize, root: &Value<'_>) -> String {
-        let rule = &self.rules[r];
-        let arena = Bump::new();
-        let parts: Vec<&Expr> = match &rule.ast.kind {
-            ExprKind::And(items) => items.iter().collect(),
-            _ => vec![&rule.ast],
+    /// The first top-level conjunct that did not hold, with the values it read: the
+    /// conjuncts run compiled, in the decision's context (memos and pattern passes reused, no
+    /// regex built), and the fields are read from their slots.
+    fn why_not<'a>(&'a self, r: usize, cx: &mut Ctx<'a>, root: &Value<'_>) -> String {
+        let Some(rule) = self.rules.get(r) else { return String::new() };
+        let parts = conjuncts(&rule.ast);
+        // `a && b && …` compiles to as many nodes, anything else to one
+        let nodes: Vec<&Node> = match self.program.exprs.get(r) {
+            Some(Node::And(nodes)) if parts.len() > 1 && nodes.len() == parts.len() => nodes.iter().collect(),
+            Some(node) if parts.len() == 1 => vec![node],
+            // folded: the reference evaluator knows the conjuncts
+            _ => return self.why_not_reference(r, root),
         };
-        for part in parts {
-            let v = reference::evaluate(part, root, &self.params, &arena);
-            if matches!(v, Ok(Value::Bool(true))) {
-                continue;
-            }
-            let text = rule.condition.get(part.span.start..part.span.end).unwrap_or(&rule.condition);
-            let mut seen = Vec::new();
-            field_paths(part, &rule.condition, &mut seen);
-            let values: Vec<String> = seen
-                .iter()
-                .map(|(path, e)| {
-                    let v = reference::evaluate(e, root, &self.params, &arena);
-                    let shown = match v {
-                        Ok(v) => shorten(v.to_json()),
-                        Err(e) => format!("<{e}>"),
-                    };
-                    format!("{path} = {shown}")
-                })
-                .collect();
-            let outcome = match v {
-                Ok(Value::Nil) => "was nil",
-                _ => "was false",
-            };
-            return if values.is_empty() {
-                format!("{text} {outcome}")
-            } else {
-                format!("{text} {outcome} ({})", values.join(", "))
-            };
-        }
-        format!("{} was false", rule.condition)
+        let arena = Bump::new();
+        let program = &self.program;
+        first_false(
+            rule,
+            &parts,
+            cx,
+            |i, cx| nodes.get(i).map_or(Ok(Value::Nil), |n| eval::eval(n, cx)),
+            |e, cx| match path_of(e).and_then(|p| program.find_slot(&p)).and_then(|s| cx.slots.get(s as usize)) {
+                Some(v) => *v,
+                // every field path an expression reads has a slot: this is a fallback
+                None => reference::evaluate(e, root, &self.params, &arena),
+            },
+        )
     }
+
+    /// [`RuleEngine::why_not`] by the reference evaluator (the trace of
+    /// [`RuleEngine::decide_reference`]).
+    fn why_not_reference(&self, r: usize, root: &Value<'_>) -> String {
+        let Some(rule) = self.rules.get(r) else { return String::new() };
+        let arena = Bump::new();
+        let parts = conjuncts(&rule.ast);
+        let params = &self.params;
+        first_false(
+            rule,
+            &parts,
+            &mut (),
+            |i, _| parts.get(i).map_or(Ok(Value::Nil), |part| reference::evaluate(part, root, params, &arena)),
+            |e, _| reference::evaluate(e, root, params, &arena),
+        )
+    }
+}
+
+/// The top-level conjuncts of a condition (itself when it is not an `&&`).
+fn conjuncts(e: &Expr) -> Vec<&Expr> {
+    match &e.kind {
+        ExprKind::And(items) => items.iter().collect(),
+        _ => vec![e],
+    }
+}
+
+/// The reason of a false condition: the first of `parts` whose value (`value(i)`) is not
+/// `true`, with the values of the fields it reads (`field`).
+fn first_false<'e, 'v, C: ?Sized>(
+    rule: &Rule,
+    parts: &[&'e Expr],
+    cx: &mut C,
+    mut value: impl FnMut(usize, &mut C) -> SlotValue<'v>,
+    mut field: impl FnMut(&'e Expr, &mut C) -> SlotValue<'v>,
+) -> String {
+    for (i, part) in parts.iter().enumerate() {
+        let v = value(i, cx);
+        if matches!(v, Ok(Value::Bool(true))) {
+            continue;
+        }
+        let text = rule.condition.get(part.span.start..part.span.end).unwrap_or(&rule.condition);
+        let mut seen = Vec::new();
+        field_paths(part, &rule.condition, &mut seen);
+        let values: Vec<String> = seen
+            .iter()
+            .map(|(path, e)| {
+                let shown = match field(e, cx) {
+                    Ok(v) => shorten(v.to_json()),
+                    Err(e) => format!("<{e}>"),
+                };
+                format!("{path} = {shown}")
+            })
+            .collect();
+        let outcome = match v {
+            Ok(Value::Nil) => "was nil",
+            _ => "was false",
+        };
+        return if values.is_empty() {
+            format!("{text} {outcome}")
+        } else {
+            format!("{text} {outcome} ({})", values.join(", "))
+        };
+    }
+    format!("{} was false", rule.condition)
 }
 
 /// Whether bit `i` of a rule bitset is set.
@@ -634,6 +713,25 @@ fn field_paths<'e>(e: &'e Expr, src: &str, out: &mut Vec<(String, &'e Expr)>) {
             }
         }
         _ => e.children().into_iter().for_each(|c| field_paths(c, src, out)),
+    }
+}
+
+/// The input path of a field expression that [`field_paths`] collects (`a`, `a.b.c`).
+fn path_of(e: &Expr) -> Option<Vec<PathSeg>> {
+    match &e.kind {
+        ExprKind::Field(name) => Some(vec![PathSeg::Key(name.as_str().into())]),
+        ExprKind::Access(base, steps) => {
+            let ExprKind::Field(root) = &base.kind else { return None };
+            let mut path = vec![PathSeg::Key(root.as_str().into())];
+            for (step, _) in steps {
+                match step {
+                    Step::Member(m) => path.push(PathSeg::Key(m.as_str().into())),
+                    Step::Index(_) => return None,
+                }
+            }
+            Some(path)
+        }
+        _ => None,
     }
 }
 

@@ -6,6 +6,8 @@
 //! shapes). [`build`] does everything else once, for both: unique ids, actions that are
 //! objects, placeholders, conditions parsed, checked and compiled together, and every problem
 //! mapped back to the line and column of the file it came from.
+// Load time: positions are those of the rules and parts of the same table, enumerated together.
+#![allow(clippy::indexing_slicing)]
 
 use std::collections::hash_map::Entry;
 

@@ -157,9 +157,11 @@ fn mark(v: &serde_json::Value, holes: &mut Vec<(String, bool)>) -> Result<serde_
             if found.is_empty() {
                 return Ok(v.clone());
             }
-            if found.len() == 1 && found[0].0 == (0..s.len()) {
-                holes.push((found[0].1.to_string(), true));
-                return Ok(J::String(marker(holes.len() - 1)));
+            if let [(range, path)] = found.as_slice() {
+                if *range == (0..s.len()) {
+                    holes.push((path.to_string(), true));
+                    return Ok(J::String(marker(holes.len() - 1)));
+                }
             }
             let mut text = String::new();
             let mut last = 0;

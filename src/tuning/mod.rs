@@ -22,6 +22,9 @@
 //! feedback for decisions of the old arms is refused), redraws the choices and the figures of
 //! `GET /tuning` after new feedback, saves the state every few seconds, and auto-promotes.
 //! Feedback only takes a short lock the decisions never take.
+// Indexes here are tuned-table slots (checked against `tables.len()` when a tag is read) and
+// arm numbers of arms built together with their statistics; the tuning thread owns both.
+#![allow(clippy::indexing_slicing)]
 
 pub mod bandit;
 pub mod config;

@@ -4,6 +4,8 @@
 //! Every file is written whole, atomically (a temporary file, synced, renamed over the old
 //! one): a crash leaves the old file or the new one, never half of one. A file that cannot be
 //! read back (corrupt, from another version) is logged and tuning starts that table afresh.
+// Arm indexes come from the arms this state was built with (same length, checked on load).
+#![allow(clippy::indexing_slicing)]
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};

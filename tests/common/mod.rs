@@ -1,7 +1,8 @@
 //! Shared by the tests that start the real `clef serve`: free loopback ports, a config and
 //! tables in a temporary folder, the process (killed on drop, its log printed when a test
 //! fails), and HTTP over raw sockets (keep-alive, pipelining and the limits need them).
-
+// Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 #![allow(dead_code)] // each test binary uses its own share of these
 
 use std::fs::File;

@@ -228,8 +228,8 @@ impl FlashTable {
             return Err(format!("{} cells, but the dimensions make {cells}", spec.cells.len()));
         }
         let n_actions = spec.actions.len();
-        if let Some(i) = spec.cells.iter().position(|&a| usize::from(a) >= n_actions) {
-            return Err(format!("cell #{i} names action #{}, but there are {n_actions} actions", spec.cells[i]));
+        if let Some((i, a)) = spec.cells.iter().enumerate().find(|(_, &a)| usize::from(a) >= n_actions) {
+            return Err(format!("cell #{i} names action #{a}, but there are {n_actions} actions"));
         }
         if spec.default.is_some_and(|a| usize::from(a) >= n_actions) {
             let a = spec.default.unwrap_or_default();
@@ -244,8 +244,8 @@ impl FlashTable {
         }
         // As written, compact: what the source gives, and what a .cfb holds unless it was made by hand.
         spec.actions = actions.iter().map(|a| a.to_string()).collect();
-        let default_json = match spec.default {
-            Some(a) => actions[usize::from(a)].clone(),
+        let default_json = match spec.default.and_then(|a| actions.get(usize::from(a))) {
+            Some(a) => a.clone(),
             None => "null".into(),
         };
 
@@ -401,7 +401,7 @@ impl FlashTable {
             match d.lookup.bucket(&v) {
                 Some(b) => {
                     out.push_str(" → ");
-                    out.push_str(&spec.values[usize::from(b)]);
+                    out.push_str(spec.values.get(usize::from(b)).map_or("?", |v| v));
                 }
                 None => {
                     out.push_str(" → no bucket");
@@ -439,8 +439,8 @@ impl FlashTable {
 
     /// The action JSON of cell `i`, or of the default for `None` (`null` without one).
     pub fn action_json(&self, cell: Option<usize>) -> &str {
-        match cell.and_then(|c| self.spec.cells.get(c)) {
-            Some(&a) => &self.actions[usize::from(a)],
+        match cell.and_then(|c| self.spec.cells.get(c)).and_then(|&a| self.actions.get(usize::from(a))) {
+            Some(action) => action,
             None => &self.default_json,
         }
     }
@@ -490,7 +490,7 @@ impl FlashTable {
                         out.push(',');
                     }
                     out.push_str("{\"value\":");
-                    write_json_string(&d.values[usize::from(r.bucket)], out);
+                    write_json_string(d.values.get(usize::from(r.bucket)).map_or("", |v| v), out);
                     let _ = write!(out, ",\"min\":{},\"max\":{}}}", json_bound(r.min), json_bound(r.max));
                 }
                 out.push(']');
@@ -543,7 +543,7 @@ fn check_dimension(d: &DimensionSpec) -> Result<(), String> {
         if let Some(problem) = value_problem(v) {
             return Err(format!("{label}: {problem}"));
         }
-        if d.values[..i].contains(v) {
+        if d.values.iter().take(i).any(|w| w == v) {
             return Err(format!("{label} lists the value \"{v}\" twice"));
         }
     }
@@ -551,6 +551,7 @@ fn check_dimension(d: &DimensionSpec) -> Result<(), String> {
         if ranges.is_empty() {
             return Err(format!("{label} has no ranges"));
         }
+        let mut previous_max = None;
         for (i, r) in ranges.iter().enumerate() {
             if usize::from(r.bucket) >= d.values.len() {
                 return Err(format!("{label}: range #{i} maps to value #{}, which does not exist", r.bucket));
@@ -563,9 +564,10 @@ fn check_dimension(d: &DimensionSpec) -> Result<(), String> {
             {
                 return Err(format!("{label}: range #{i} [{}, {}) is empty", r.min, r.max));
             }
-            if i > 0 && ranges[i - 1].max != r.min {
+            if previous_max.is_some_and(|max| max != r.min) {
                 return Err(format!("{label}: ranges #{} and #{i} are not contiguous", i - 1));
             }
+            previous_max = Some(r.max);
         }
     }
     Ok(())

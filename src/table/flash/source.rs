@@ -616,7 +616,7 @@ impl<'s> Front<'s> {
                 let sep = if cell.is_empty() { "" } else { "," };
                 let deeper = if depth + 1 < dims.len() { ",…" } else { "" };
                 let missing: Vec<String> =
-                    d.values[list.len()..].iter().map(|v| format!("{cell}{sep}{}={v}{deeper}", d.name)).collect();
+                    d.values.iter().skip(list.len()).map(|v| format!("{cell}{sep}{}={v}{deeper}", d.name)).collect();
                 format!("missing cell{} {}", if missing.len() == 1 { "" } else { "s" }, missing.join("; "))
             } else {
                 "remove the extra entries".to_string()

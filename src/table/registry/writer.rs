@@ -47,6 +47,9 @@ pub(super) enum Request {
 }
 
 /// Starts the writer thread; it runs until every sender is dropped.
+// without its one writer the registry cannot change; a process that cannot start a thread at
+// start-up cannot serve either
+#[allow(clippy::expect_used)]
 pub(super) fn start(published: Arc<ArcSwap<Tables>>, sources: Sources, state_dir: Option<PathBuf>) -> Sender<Request> {
     let (sender, requests) = crossbeam::channel::bounded(QUEUE);
     let mut writer =
@@ -335,7 +338,7 @@ impl Writer {
         let rules = current.engine.rules();
         let index = rules.iter().position(|r| r.id == rule);
         let had = self.state.switches.get(name).is_some_and(|s| s.contains(rule));
-        let disabled_in_file = index.is_some_and(|i| !rules[i].enabled);
+        let disabled_in_file = index.and_then(|i| rules.get(i)).is_some_and(|r| !r.enabled);
         match index {
             // a switch for a rule the table no longer has may be removed
             None if !(enabled && had) => return Err(SwitchError::UnknownRule),
