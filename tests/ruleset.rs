@@ -761,6 +761,11 @@ fn clef_check_tells_a_rule_set_from_a_config_by_its_rules_key() {
     let config = dir.path().join("other.yaml");
     std::fs::write(&config, "server:\n  port: 8080\ntuning:\n  rules: 1\n").unwrap();
     let o = clef(&["check", config.to_str().unwrap()], None);
+    // checked as a config: the nested key is a config's problem, not a rule set's
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("other.yaml:4:3: error: unknown key `rules` in `tuning`"), "{}", text(&o.stderr));
+    std::fs::write(&config, "server:\n  port: 8080\ntuning:\n  traffic: 0.1\n").unwrap();
+    let o = clef(&["check", config.to_str().unwrap()], None);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("other.yaml: ok (config)"), "{}", text(&o.stdout));
     // the examples, with their tests files
