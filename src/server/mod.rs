@@ -344,6 +344,9 @@ pub fn run(loaded: Loaded) -> i32 {
         router.start();
     }
     notify::ready(&format!("serving on {main_addr}"));
+    // what loading the tables freed goes back to the system now, not when this thread next
+    // allocates (an idle box may never do so)
+    crate::memory::release(true);
     spawn_sampler(app.clone(), workers);
     if app.stages.tuner.is_some() {
         spawn_tuning(app.clone());

@@ -76,8 +76,11 @@ struct Writer {
 impl Writer {
     fn run(&mut self, requests: Receiver<Request>) {
         loop {
+            let retired = self.retired.len();
+            let mut changed = false;
             match requests.recv_timeout(TICK) {
                 Ok(request) => {
+                    changed = true;
                     // A bug in one change must not stop every later one: the request whose
                     // handling panicked gets no answer (its reply channel drops: the caller
                     // sees `WriterError::Failed`), the thread goes on.
@@ -91,6 +94,10 @@ impl Writer {
             // Arc::strong_count is exact here: publishing paid every reader's debt on the old
             // snapshot, so a count of 1 means no request holds it any more.
             self.retired.retain(|t| Arc::strong_count(t) > 1);
+            if changed || self.retired.len() < retired {
+                // compiling and retired tables freed memory on this thread: give it back now
+                crate::memory::release(true);
+            }
         }
     }
 
