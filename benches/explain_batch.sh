@@ -18,12 +18,7 @@ SECONDS_PER_RUN=${1:-5}
 CONNS=${2:-16}
 ROUNDS=${3:-3}
 THREADS=${WRK_THREADS:-1}
-command -v wrk >/dev/null || { echo "wrk is required: apt-get install wrk" >&2; exit 1; }
-if [ -z "${BIN:-}" ]; then
-  cargo build --release -q
-  BIN=target/release/clef
-fi
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. benches/common.sh
 PORT=$(free_port); ADMIN=$(free_port)
 WORK=$(mktemp -d)
 trap 'kill $PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -53,15 +48,14 @@ post_script "$WORK/batch.lua" "$WORK/batch.ndjson"
 curl -sf -X POST --data-binary "@$CHAT" "http://127.0.0.1:$PORT/decide/chat_moderation?explain=true" | grep -q '"trace"'
 lines=$(curl -sf -X POST --data-binary "@$WORK/batch.ndjson" "http://127.0.0.1:$PORT/decide/risk/batch" | grep -c '"rule_id"')
 [ "$lines" = 100 ] || { echo "the batch answered $lines decisions, not 100" >&2; exit 1; }
-cpu_ticks() { awk '{print $14 + $15}' /proc/$PID/stat; }
 TICK=$(getconf CLK_TCK)
 wrk -t1 -c4 -d1s -s "$WORK/risk.lua" "http://127.0.0.1:$PORT/decide/risk" >/dev/null
 run() { # name, decisions per request, wrk args...
   local name=$1 per=$2; shift 2
   local before after out reqs rps p99
-  before=$(cpu_ticks)
+  before=$(cpu_ticks $PID)
   out=$(wrk -t"$THREADS" -c"$CONNS" -d"${SECONDS_PER_RUN}s" --latency "$@")
-  after=$(cpu_ticks)
+  after=$(cpu_ticks $PID)
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')
   rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
   p99=$(echo "$out" | awk '$1=="99%" {print $2}')

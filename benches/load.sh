@@ -16,10 +16,7 @@ SECONDS_PER_RUN=${1:-10}
 CONNS=${2:-64}
 ROUNDS=${3:-3}
 THREADS=${WRK_THREADS:-2}
-command -v wrk >/dev/null || { echo "wrk is required: apt-get install wrk" >&2; exit 1; }
-cargo build --release -q
-BIN=target/release/clef
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. benches/common.sh
 PORT=$(free_port); ADMIN=$(free_port)
 WORK=$(mktemp -d)
 trap 'kill $PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -45,19 +42,17 @@ LUA
   curl -sf -X POST --data-binary "@$ALSO_BODY" "http://127.0.0.1:$PORT/decide/$ALSO_TABLE" >/dev/null \
     || { echo "POST /decide/$ALSO_TABLE fails" >&2; exit 1; }
 fi
-rss_kb() { awk '/VmRSS/ {print $2}' /proc/$PID/status; }
-cpu_ticks() { awk '{print $14 + $15}' /proc/$PID/stat; }
 TICK=$(getconf CLK_TCK)
 sleep 1
-echo "idle RSS: $(( $(rss_kb) / 1024 )).$(( ($(rss_kb) % 1024) * 10 / 1024 )) MB"
+echo "idle RSS: $(( $(rss_kb $PID) / 1024 )).$(( ($(rss_kb $PID) % 1024) * 10 / 1024 )) MB"
 # warm-up
 wrk -t1 -c8 -d1s "http://127.0.0.1:$PORT/health" >/dev/null
 run() { # name, extra wrk args...
   local name=$1; shift
   local before after out reqs
-  before=$(cpu_ticks)
+  before=$(cpu_ticks $PID)
   out=$(wrk -t"$THREADS" -c"$CONNS" -d"${SECONDS_PER_RUN}s" --latency "$@")
-  after=$(cpu_ticks)
+  after=$(cpu_ticks $PID)
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')
   local rps p50 p99 errors
   rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
@@ -76,7 +71,7 @@ for _ in $(seq "$ROUNDS"); do
     run "$ALSO_TABLE" -s "$WORK/also.lua" "http://127.0.0.1:$PORT/decide/$ALSO_TABLE"
   fi
 done
-echo "RSS after: $(( $(rss_kb) / 1024 )).$(( ($(rss_kb) % 1024) * 10 / 1024 )) MB"
+echo "RSS after: $(( $(rss_kb $PID) / 1024 )).$(( ($(rss_kb $PID) % 1024) * 10 / 1024 )) MB"
 python3 - "$WORK/results" <<'PY'
 import statistics, sys
 def ms(s):

@@ -18,10 +18,7 @@ SECONDS_PER_RUN=${1:-8}
 CONNS=${2:-32}
 ROUNDS=${3:-3}
 THREADS=${WRK_THREADS:-1}
-command -v wrk >/dev/null || { echo "wrk is required: apt-get install wrk" >&2; exit 1; }
-cargo build --release -q
-BIN=$PWD/target/release/clef
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. benches/common.sh
 WORK=$(mktemp -d)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
@@ -67,8 +64,6 @@ wrk.method = "POST"
 wrk.body = '{"x": 20, "tier": "vip", "user": {"id": "u-1", "country": "JP"}}'
 wrk.headers["Content-Type"] = "application/json"
 LUA
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-rss_mb() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 rss_all() { echo "hung $(rss_mb "$PID_hung") MB, alone $(rss_mb "$PID_alone") MB, fwd $(rss_mb "$PID_fwd") MB"; }
 TICK=$(getconf CLK_TCK)
 declare -A P99 CPU

@@ -19,10 +19,7 @@ SECONDS_PER_RUN=${1:-10}
 CONNS=${2:-64}
 ROUNDS=${3:-5}
 THREADS=${WRK_THREADS:-2}
-command -v wrk >/dev/null || { echo "wrk is required: apt-get install wrk" >&2; exit 1; }
-cargo build --release -q
-BIN=$PWD/target/release/clef
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. benches/common.sh
 WORK=$(mktemp -d)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
@@ -47,7 +44,6 @@ wrk.method = "POST"
 wrk.body = io.open("$BODY"):read("*a")
 wrk.headers["Content-Type"] = "application/json"
 LUA
-rss_mb() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 curl -sf -X POST --data-binary "@$BODY" "http://127.0.0.1:$(field on 3)/decide" | grep -q snapshot_id \
   || { echo "the recording server gives no snapshot_id" >&2; exit 1; }
 echo "RSS before: on $(rss_mb "$ON_PID") MB, off $(rss_mb "$(field off 2)") MB"

@@ -100,6 +100,20 @@ pub fn write_json_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// Writes `pairs` as a JSON object of strings (`{"a":"b",...}`).
+pub fn write_string_map(pairs: &[(String, String)], out: &mut String) {
+    out.push('{');
+    for (i, (key, value)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_json_string(key, out);
+        out.push(':');
+        write_json_string(value, out);
+    }
+    out.push('}');
+}
+
 /// `s` as a JSON string literal, for messages (`invalid regex "a("`).
 pub fn quote(s: &str) -> String {
     let mut out = String::new();

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::http::Response;
 use super::App;
-use crate::expr::json::{write_json_float, write_json_string};
+use crate::expr::json::{write_json_float, write_json_string, write_string_map};
 use crate::router::Router;
 use crate::table::registry::Tables;
 
@@ -159,18 +159,4 @@ pub(super) fn clear_failover(app: &App, table: &str, rsp: &mut Response) {
     b.push_str("{\"table\":");
     write_json_string(table, b);
     b.push_str(",\"cleared\":true}");
-}
-
-/// Writes `pairs` as a JSON object of strings (`{"a":"b",...}`).
-fn write_string_map(pairs: &[(String, String)], b: &mut String) {
-    b.push('{');
-    for (i, (key, value)) in pairs.iter().enumerate() {
-        if i > 0 {
-            b.push(',');
-        }
-        write_json_string(key, b);
-        b.push(':');
-        write_json_string(value, b);
-    }
-    b.push('}');
 }

@@ -9,7 +9,7 @@ use super::admin;
 use super::http::{Request, Response};
 use super::App;
 use crate::decide::{self as pipeline, Refusal, Routed};
-use crate::expr::json::{write_json_float, write_json_string};
+use crate::expr::json::{write_json_float, write_json_string, write_string_map};
 use crate::metrics::{self, Gauges, TableLoad, TableView};
 use crate::router::forward::{Answer, Endpoint, Outgoing};
 use crate::table::registry::{Outcome, Reloaded, RollbackError, Tables};
@@ -594,16 +594,8 @@ fn health(app: &App, rsp: &mut Response) {
     let _ = write!(b, "}},\"inflight\":{},\"load\":", app.inflight());
     write_json_float(app.load(), b);
     if degraded {
-        b.push_str(",\"errors\":{");
-        for (i, (name, err)) in problems.iter().enumerate() {
-            if i > 0 {
-                b.push(',');
-            }
-            write_json_string(name, b);
-            b.push(':');
-            write_json_string(err, b);
-        }
-        b.push('}');
+        b.push_str(",\"errors\":");
+        write_string_map(&problems, b);
     }
     b.push('}');
 }

@@ -85,10 +85,8 @@ pub struct Live {
     pub baseline: Arc<Table>,
     /// the variants' tables (arm `i` is `variants[i - 1]`)
     variants: Vec<Arc<Table>>,
-    /// every arm's id and parameter values (as JSON), baseline first
-    arms: Vec<(String, Box<str>)>,
-    /// every arm's id as a JSON string, for the response
-    arm_ids_json: Vec<Box<str>>,
+    /// every arm's id and texts, baseline first
+    arms: Vec<ArmText>,
     generation: u32,
     slot: usize,
     choices: ChoiceTable,
@@ -508,9 +506,12 @@ impl Tuner {
         };
         let arms_json = kept
             .iter()
-            .map(|a| (a.id.clone(), serde_json::to_string(&a.params).unwrap_or_default().into_boxed_str()))
+            .map(|a| ArmText {
+                id: a.id.clone(),
+                params_json: serde_json::to_string(&a.params).unwrap_or_default().into_boxed_str(),
+                id_json: crate::expr::json::quote(&a.id).into_boxed_str(),
+            })
             .collect();
-        let arm_ids_json = kept.iter().map(|a| crate::expr::json::quote(&a.id).into_boxed_str()).collect();
         let generation = state.generation;
         {
             let mut ledger = self.ledger.lock();
@@ -522,7 +523,6 @@ impl Tuner {
             baseline: table.clone(),
             variants: built,
             arms: arms_json,
-            arm_ids_json,
             generation,
             slot,
             choices,
@@ -539,7 +539,6 @@ impl Tuner {
             baseline: live.baseline.clone(),
             variants: live.variants.clone(),
             arms: live.arms.clone(),
-            arm_ids_json: live.arm_ids_json.clone(),
             generation: live.generation,
             slot,
             choices,
@@ -712,13 +711,24 @@ impl Live {
 
     /// The arm's id (`baseline`, `v1`, …) and its parameter values as JSON.
     pub fn arm(&self, choice: Choice) -> (&str, &str) {
-        self.arms.get(choice.arm).map_or(("baseline", "{}"), |(id, p)| (id.as_str(), &**p))
+        self.arms.get(choice.arm).map_or(("baseline", "{}"), |a| (a.id.as_str(), &*a.params_json))
     }
 
     /// The arm's id as a JSON string (`"v1"`).
     pub fn arm_id_json(&self, choice: Choice) -> &str {
-        self.arm_ids_json.get(choice.arm).map_or("\"baseline\"", |id| &**id)
+        self.arms.get(choice.arm).map_or("\"baseline\"", |a| &*a.id_json)
     }
+}
+
+/// What decisions write about an arm, made once when the arms are built.
+#[derive(Debug, Clone)]
+struct ArmText {
+    /// `baseline`, `v1`, …
+    id: String,
+    /// its parameter values as a JSON object
+    params_json: Box<str>,
+    /// `id` as a JSON string, for the response
+    id_json: Box<str>,
 }
 
 fn overlay_folder(tuning_folder: &Path) -> PathBuf {
