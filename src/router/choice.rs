@@ -20,9 +20,9 @@
 //!
 //! # Ring bucket index
 //!
-//! The ring is its points sorted (32-bit points: 64,000 of them in 512 KB); a key goes to the
+//! The ring is its points sorted (32-bit points: 16,000 of them in 128 KB); a key goes to the
 //! first point at or after its own (the high 32 bits of its hash), wrapping to the first. Instead
-//! of a binary search over `64 × n` points (a cache miss at every level), `2^b` buckets split the
+//! of a binary search over the points (a cache miss at every level), `2^b` buckets split the
 //! 32-bit space evenly (about four points each), and bucket `j` remembers the position of the
 //! first point at or above `j << (32 − b)`. A key's successor is that point or one of the few
 //! after it (points are hash values, spread evenly). The scan stops at the first point at or
@@ -182,7 +182,7 @@ fn threshold(p: f64) -> u16 {
 /// same instances, and kept from one publication to the next while they stay the same.
 #[derive(Debug)]
 pub(crate) struct Ring {
-    /// (point, instance), sorted; 32-bit points keep 64,000 of them in 512 KB
+    /// (point, instance), sorted; 32-bit points keep 16,000 of them in 128 KB
     points: Box<[(u32, u32)]>,
     /// per bucket, the position of the first point at or above its lower bound
     starts: Box<[u32]>,
@@ -192,7 +192,7 @@ pub(crate) struct Ring {
 
 /// Points per bucket, at most, on average (the bucket count is rounded up to a power of two):
 /// four points are 32 bytes, so a scan mostly stays in the cache line it starts in, and the
-/// index of 64,000 points (1,000 instances) is 64 KB.
+/// index of 16,000 points (1,000 instances) is 16 KB.
 const POINTS_PER_BUCKET: usize = 4;
 
 impl Ring {
