@@ -7,36 +7,47 @@
 
 mod common;
 
-use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
-use std::process::{Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{call, plain, table, write, Ports, Server};
+use common::{call, plain, table, write, Server};
 use nix::sys::signal::Signal;
+use nix::sys::socket::MsgFlags;
 
-/// Starts `clef serve` with `env` without waiting for it to answer.
-fn spawn(env: &[(&str, &str)]) -> Server {
+/// Starts `clef serve` with `env` (the notify variables of the test's own only) and waits
+/// until it sends its first message to `socket` (without one: until it answers).
+fn spawn(env: &[(&str, &str)], socket: Option<&UnixDatagram>) -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
-    let ports = Ports::new();
     write(dir.path(), "tables/risk.json", table("big"));
-    let cfg = write(dir.path(), "config.yaml", ports.fill(&plain()));
-    let log = dir.path().join("server.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_clef"))
-        .arg("serve")
-        .arg("-c")
-        .arg(&cfg)
-        .current_dir(dir.path())
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("WATCHDOG_PID")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).expect("create log"))
-        .spawn()
-        .expect("start clef serve");
-    Server { child, dir, port: ports.main, admin: ports.admin, log }
+    let first_message = |child: &mut Child, port: u16| {
+        let Some(socket) = socket else { return common::until_ready(child, port) };
+        socket.set_read_timeout(Some(Duration::from_millis(20))).expect("set a read timeout");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let peeked = nix::sys::socket::recv(socket.as_raw_fd(), &mut [0u8; 1], MsgFlags::MSG_PEEK);
+            if peeked.is_ok() {
+                return Ok(());
+            }
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return Err(format!("clef serve exited before it said anything ({status})"));
+            }
+        }
+        Err("nothing on the notify socket within 10 s".into())
+    };
+    Server::launch_until(
+        dir,
+        |ports| ports.fill(&plain()).into_bytes(),
+        |cmd, _| {
+            cmd.env_remove("NOTIFY_SOCKET")
+                .env_remove("WATCHDOG_USEC")
+                .env_remove("WATCHDOG_PID")
+                .envs(env.iter().copied());
+            None
+        },
+        first_message,
+    )
 }
 
 /// The next datagram, as text, or `None` after `within`.
@@ -71,7 +82,7 @@ fn ready_once_serving_watchdog_when_asked_stopping_on_drain() {
     let sockdir = tempfile::tempdir().expect("temp dir");
     let path = sockdir.path().join("notify");
     let socket = UnixDatagram::bind(&path).expect("bind the notify socket");
-    let mut server = spawn(&[("NOTIFY_SOCKET", path.to_str().unwrap()), ("WATCHDOG_USEC", "2000000")]);
+    let mut server = spawn(&[("NOTIFY_SOCKET", path.to_str().unwrap()), ("WATCHDOG_USEC", "2000000")], Some(&socket));
 
     let first = until(&socket, "READY=1", 10, &server);
     assert_eq!(first.len(), 1, "READY=1 is the first message: {first:?}");
@@ -99,7 +110,8 @@ fn abstract_socket_and_no_watchdog_for_another_pid() {
     let socket = UnixDatagram::bind_addr(&addr).expect("bind the abstract notify socket");
     let at = format!("@{name}");
     // systemd names the process that must send keep-alives: here, not this one.
-    let mut server = spawn(&[("NOTIFY_SOCKET", at.as_str()), ("WATCHDOG_USEC", "1000000"), ("WATCHDOG_PID", "1")]);
+    let mut server =
+        spawn(&[("NOTIFY_SOCKET", at.as_str()), ("WATCHDOG_USEC", "1000000"), ("WATCHDOG_PID", "1")], Some(&socket));
     until(&socket, "READY=1", 10, &server);
     assert_eq!(next(&socket, Duration::from_millis(2500)), None, "no keep-alives for another WATCHDOG_PID");
     server.signal(Signal::SIGTERM);
@@ -109,7 +121,7 @@ fn abstract_socket_and_no_watchdog_for_another_pid() {
 
 #[test]
 fn an_unreachable_socket_does_not_stop_the_start() {
-    let mut server = spawn(&[("NOTIFY_SOCKET", "/nonexistent/clef/notify"), ("WATCHDOG_USEC", "1000000")]);
+    let mut server = spawn(&[("NOTIFY_SOCKET", "/nonexistent/clef/notify"), ("WATCHDOG_USEC", "1000000")], None);
     server.wait_ready();
     server.eventually(5, "a warning about the notify socket", |s| s.log_text().contains("sd_notify: cannot send"));
     // Logged once, not once a second.
@@ -122,7 +134,7 @@ fn an_unreachable_socket_does_not_stop_the_start() {
 
 #[test]
 fn without_notify_socket_nothing_changes() {
-    let mut server = spawn(&[]);
+    let mut server = spawn(&[], None);
     server.wait_ready();
     assert_eq!(server.health()["status"], "ok");
     assert!(!server.log_text().contains("sd_notify"), "{}", server.log_text());

@@ -50,7 +50,7 @@ fn peer_at(port: u16, tables: &[(&str, String)], rest: &str) -> Server {
     let text = format!(
         "server:\n  host: 127.0.0.1\n  port: {port}\nadmin:\n  listen: \"\"\nmodel:\n  watch_file: false\n{rest}"
     );
-    Server::launch(dir, move |_| text.into_bytes(), move |_, _| Some(port))
+    Server::launch(dir, move |_| text.clone().into_bytes(), move |_, _| Some(port))
 }
 
 fn peer(port: u16, who: &str) -> Server {

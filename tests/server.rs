@@ -446,7 +446,7 @@ fn check_cors(srv: &Server) {
 // ---------------------------------------------------------------------------------------------
 // config tolerance
 
-fn launch_with(files: &[(&str, &str)], config_bytes: impl FnOnce(&Ports) -> Vec<u8>) -> Server {
+fn launch_with(files: &[(&str, &str)], config_bytes: impl FnMut(&Ports) -> Vec<u8>) -> Server {
     let dir = tempfile::tempdir().unwrap();
     for (rel, text) in files {
         write(dir.path(), rel, text);

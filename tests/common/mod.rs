@@ -104,6 +104,33 @@ impl Drop for Server {
     }
 }
 
+/// Waits (5 s at most) until the server answers `GET /health` on `port`; why not otherwise.
+pub fn until_ready(child: &mut Child, port: u16) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Err(format!("clef serve exited before it was ready ({status})"));
+        }
+        if let Ok(mut c) = Conn::try_open(port) {
+            if let Ok(r) = c.try_request("GET", "/health", &[], b"") {
+                if r.status == 200 || r.status == 503 {
+                    return Ok(());
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err("clef serve did not answer /health within 5 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `child` exited because a port it was to listen on was taken.
+fn lost_a_port_race(child: &mut Child, log: &Path) -> bool {
+    child.try_wait().ok().flatten().is_some()
+        && std::fs::read_to_string(log).is_ok_and(|text| text.contains("Address already in use"))
+}
+
 impl Server {
     /// Starts a server with `config` (placeholders filled in) and `tables/NAME` files.
     pub fn start(config: &str, tables: &[(&str, &str)]) -> Server {
@@ -117,43 +144,55 @@ impl Server {
 
     /// Writes `config.yaml` as `config` makes it, runs `clef serve -c DIR/config.yaml` (after
     /// `tweak` adjusted the command; it returns the main port when that is not the file's) and
-    /// waits until `GET /health` answers.
+    /// waits until `GET /health` answers. A port picked by [`free_port`] is free when picked,
+    /// but any connection of the tests running alongside may take it as its local port before
+    /// clef binds it: a start that loses that race is tried again with new ports.
     pub fn launch(
         dir: tempfile::TempDir,
-        config: impl FnOnce(&Ports) -> Vec<u8>,
-        tweak: impl FnOnce(&mut Command, &Ports) -> Option<u16>,
+        config: impl FnMut(&Ports) -> Vec<u8>,
+        tweak: impl FnMut(&mut Command, &Ports) -> Option<u16>,
     ) -> Server {
-        let ports = Ports::new();
-        let cfg = dir.path().join("config.yaml");
-        std::fs::write(&cfg, config(&ports)).expect("write config");
-        let log = dir.path().join("server.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_clef"));
-        cmd.arg("serve").arg("-c").arg(&cfg).current_dir(dir.path());
-        cmd.stdin(Stdio::null());
-        cmd.stdout(File::create(dir.path().join("server.out")).expect("create stdout file"));
-        cmd.stderr(File::create(&log).expect("create log file"));
-        let port = tweak(&mut cmd, &ports).unwrap_or(ports.main);
-        let child = cmd.spawn().expect("start clef serve");
-        let mut server = Server { child, dir, port, admin: ports.admin, log };
+        let mut server = Server::launch_until(dir, config, tweak, until_ready);
         server.wait_ready();
         server
     }
 
+    /// [`Server::launch`], waiting with `ready` (given the process and its main port) instead
+    /// of for `GET /health`; `ready` fails when the process exits first.
+    pub fn launch_until(
+        dir: tempfile::TempDir,
+        mut config: impl FnMut(&Ports) -> Vec<u8>,
+        mut tweak: impl FnMut(&mut Command, &Ports) -> Option<u16>,
+        mut ready: impl FnMut(&mut Child, u16) -> Result<(), String>,
+    ) -> Server {
+        let cfg = dir.path().join("config.yaml");
+        let log = dir.path().join("server.log");
+        for attempt in 1.. {
+            let ports = Ports::new();
+            std::fs::write(&cfg, config(&ports)).expect("write config");
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_clef"));
+            cmd.arg("serve").arg("-c").arg(&cfg).current_dir(dir.path());
+            cmd.stdin(Stdio::null());
+            cmd.stdout(File::create(dir.path().join("server.out")).expect("create stdout file"));
+            cmd.stderr(File::create(&log).expect("create log file"));
+            let port = tweak(&mut cmd, &ports).unwrap_or(ports.main);
+            let mut child = cmd.spawn().expect("start clef serve");
+            let outcome = ready(&mut child, port);
+            if outcome.is_err() && attempt < 4 && lost_a_port_race(&mut child, &log) {
+                continue;
+            }
+            let server = Server { child, dir, port, admin: ports.admin, log };
+            if let Err(why) = outcome {
+                panic!("{why}\n{}", server.log_text());
+            }
+            return server;
+        }
+        unreachable!("the loop returns")
+    }
+
     pub fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                panic!("clef serve exited before it was ready ({status})\n{}", self.log_text());
-            }
-            if let Ok(mut c) = Conn::try_open(self.port) {
-                if let Ok(r) = c.try_request("GET", "/health", &[], b"") {
-                    if r.status == 200 || r.status == 503 {
-                        return;
-                    }
-                }
-            }
-            assert!(Instant::now() < deadline, "clef serve did not answer /health within 5 s\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(20));
+        if let Err(why) = until_ready(&mut self.child, self.port) {
+            panic!("{why}\n{}", self.log_text());
         }
     }
 
