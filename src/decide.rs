@@ -4,7 +4,7 @@
 //! a decision later (routing to another box, snapshots, shadow and canary tables, tuning) is
 //! a stage of this pipeline rather than code repeated in each handler.
 // This file is being changed on other branches, so its proofs are stated here rather than written
-// into each line: indexes into fixed-size counter arrays (a worker slot modulo `SLOTS`, constant
+// into each line: indexes into fixed-size counter arrays (a worker stripe modulo `STRIPES`, constant
 // positions) and positions checked just before.
 #![allow(clippy::indexing_slicing)]
 
@@ -17,10 +17,10 @@ use crossbeam::utils::CachePadded;
 use crate::expr::json::write_value;
 use crate::expr::value::Value;
 use crate::input::InputError;
-use crate::metrics::{worker_slot, ShadowCount, SLOTS};
+use crate::metrics::{worker_stripe, ShadowCount, STRIPES};
 use crate::snapshot::{Event, Recorder, Shadow, SnapshotId, Variant};
 use crate::suggest::did_you_mean;
-use crate::table::registry::{Slot, Tables};
+use crate::table::registry::{Entry, Tables};
 use crate::table::{Decision, ResponseMeta, Table};
 use crate::tuning::Tuner;
 
@@ -88,26 +88,26 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// The table that serves `name` (or the default table when `name` is `None`), with its slot.
+/// The table that serves `name` (or the default table when `name` is `None`), with its entry.
 pub fn resolve<'t>(
     tables: &'t Tables,
     name: Option<&str>,
     default: Option<&str>,
-) -> Result<(&'t Slot, &'t Arc<Table>), Refusal> {
+) -> Result<(&'t Entry, &'t Arc<Table>), Refusal> {
     let name = name.or(default).ok_or(Refusal::NoDefaultTable)?;
-    let Some(slot) = tables.get(name) else { return Err(unknown_table(tables, name)) };
-    match &slot.current {
-        Some(table) => Ok((slot, table)),
+    let Some(entry) = tables.get(name) else { return Err(unknown_table(tables, name)) };
+    match &entry.current {
+        Some(table) => Ok((entry, table)),
         None => Err(Refusal::Unavailable {
             name: name.to_string(),
-            why: slot.error.clone().unwrap_or_else(|| "it has never loaded".into()),
+            why: entry.error.clone().unwrap_or_else(|| "it has never loaded".into()),
         }),
     }
 }
 
 /// The refusal for a name no table has, naming the closest loaded table.
 pub fn unknown_table(tables: &Tables, name: &str) -> Refusal {
-    let names = || tables.slots.keys().map(String::as_str);
+    let names = || tables.entries.keys().map(String::as_str);
     Refusal::UnknownTable {
         name: name.to_string(),
         close: did_you_mean(name, names()).map(str::to_string),
@@ -153,8 +153,8 @@ pub fn decide(table: &Table, body: &[u8], options: &Options<'_>, out: &mut Strin
 /// answered instead of the table asked for).
 #[derive(Debug)]
 pub struct Decided<'t> {
-    /// the slot of the table that decided, for its counters
-    pub slot: &'t Slot,
+    /// the entry of the table that decided, for its counters
+    pub entry: &'t Entry,
     /// the table that decided
     pub table: &'t Arc<Table>,
     /// its decision, or why the input got none (the response then is the error)
@@ -171,12 +171,12 @@ pub struct Decided<'t> {
 pub fn decide_staged<'t>(
     stages: &Stages,
     tables: &'t Tables,
-    (slot, table): (&'t Slot, &'t Arc<Table>),
+    (entry, table): (&'t Entry, &'t Arc<Table>),
     body: &[u8],
     options: &Options<'_>,
     out: &mut String,
 ) -> Decided<'t> {
-    let (slot, table) = stages.canary_for(tables, &table.name, body).unwrap_or((slot, table));
+    let (entry, table) = stages.canary_for(tables, &table.name, body).unwrap_or((entry, table));
     // tuning: a share of the table's decisions is made by a variant of it (SPEC §9)
     let tuned = stages.tuner.as_ref().and_then(|t| Some((t, t.live(&table.name)?)));
     let arm = tuned.as_ref().and_then(|(tuner, guard)| {
@@ -192,7 +192,7 @@ pub fn decide_staged<'t>(
         decision.degraded = Some(reason);
     }
     let Ok(decision) = &result else {
-        return Decided { slot, table, result, latency_ns, snapshot: None };
+        return Decided { entry, table, result, latency_ns, snapshot: None };
     };
     let shadow = stages.shadow_for(tables, table, decision, body);
     // a tuned decision always gets an id, which says which arm decided (for /feedback)
@@ -221,7 +221,7 @@ pub fn decide_staged<'t>(
         instance: options.instance,
     };
     table.write_decision(decision, &meta, out);
-    Decided { slot, table, result, latency_ns, snapshot }
+    Decided { entry, table, result, latency_ns, snapshot }
 }
 
 /// What the server adds around a table's decision (SPEC §8): canary tables answering a share
@@ -242,7 +242,7 @@ pub struct Stages {
 struct ShadowPair {
     served: String,
     candidate: String,
-    /// agree, disagree, error (the candidate could not decide), per worker slot
+    /// agree, disagree, error (the candidate could not decide), per worker stripe
     counts: Vec<CachePadded<[AtomicU64; 3]>>,
 }
 
@@ -266,7 +266,7 @@ impl Stages {
             .map(|(served, candidate)| ShadowPair {
                 served: served.clone(),
                 candidate: candidate.clone(),
-                counts: (0..SLOTS).map(|_| CachePadded::new(Default::default())).collect(),
+                counts: (0..STRIPES).map(|_| CachePadded::new(Default::default())).collect(),
             })
             .collect();
         let canaries = model
@@ -284,7 +284,7 @@ impl Stages {
 
     /// The candidate that answers this input instead of `served`, when `served` has a canary
     /// whose share this input falls in and the candidate is loaded.
-    fn canary_for<'t>(&self, tables: &'t Tables, served: &str, body: &[u8]) -> Option<(&'t Slot, &'t Arc<Table>)> {
+    fn canary_for<'t>(&self, tables: &'t Tables, served: &str, body: &[u8]) -> Option<(&'t Entry, &'t Arc<Table>)> {
         let canary = self.canaries.iter().find(|c| c.served == served)?;
         if canary.threshold == 0 {
             return None;
@@ -296,8 +296,8 @@ impl Stages {
         if draw >= canary.threshold && canary.threshold != u64::MAX {
             return None;
         }
-        let slot = tables.get(&canary.candidate)?;
-        Some((slot, slot.current.as_ref()?))
+        let entry = tables.get(&canary.candidate)?;
+        Some((entry, entry.current.as_ref()?))
     }
 
     /// What the shadow of `table` decides for the same input, and whether it agrees with
@@ -311,7 +311,7 @@ impl Stages {
     ) -> Option<(&'t Table, Decision, bool)> {
         let pair = self.shadows.iter().find(|p| p.served == *table.name)?;
         let candidate = tables.get(&pair.candidate)?.current.as_deref()?;
-        let counts = &pair.counts[worker_slot() % SLOTS];
+        let counts = &pair.counts[worker_stripe() % STRIPES];
         match candidate.decide(body, false) {
             Ok(theirs) => {
                 let agrees = same_action(table.action_json(decision), candidate.action_json(&theirs));

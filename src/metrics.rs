@@ -1,7 +1,7 @@
 //! Per-core counters, merged and encoded when `GET /metrics` is read (SPEC §6, §10).
 //!
 //! Nothing here takes a lock or writes a cache line that another core also writes on the
-//! request path: every thread gets a stable slot ([`worker_slot`]) and counts into its own
+//! request path: every thread gets a stable stripe ([`worker_stripe`]) and counts into its own
 //! [`CachePadded`] block with relaxed `fetch_add`s. A scrape sums the blocks, takes an owned
 //! snapshot, and encodes it with the `prometheus-client` text encoders through a [`Registry`]
 //! of [`Collector`]s (one per group of metric families).
@@ -16,7 +16,7 @@
 //! Prometheus text format (version 0.0.4) for clients that do not ask for OpenMetrics
 //! (see [`Format::from_accept`]).
 // This file is being changed on other branches, so its proofs are stated here rather than written
-// into each line: indexes into fixed-size counter arrays: worker slots taken modulo `SLOTS`,
+// into each line: indexes into fixed-size counter arrays: worker stripes taken modulo `STRIPES`,
 // constant offsets and bucket positions bounded by the arrays' lengths.
 #![allow(clippy::indexing_slicing)]
 
@@ -33,9 +33,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-/// Number of distinct worker slots; threads beyond this share slots (still correct, as every
+/// Number of distinct worker stripes; threads beyond this share stripes (still correct, as every
 /// counter is updated with an atomic `fetch_add`, just no longer contention-free).
-pub const SLOTS: usize = 64;
+pub const STRIPES: usize = 64;
 
 /// Latency buckets, in microseconds.
 pub const LATENCY_BUCKETS_US: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0, 25000.0];
@@ -61,42 +61,42 @@ const BOUNDS_NS: [u64; N_BUCKETS] = {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Worker slots
+// Worker stripes
 
-static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+    static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
-/// The calling thread's stable slot in `0..SLOTS`.
+/// The calling thread's stable stripe in `0..STRIPES`.
 ///
-/// Slots are handed out from a global counter the first time a thread asks, so a worker that
-/// calls this once at start-up gets one of the lowest slots (which every [`TableStats`] keeps
-/// separate). Threads beyond [`SLOTS`] wrap around and share a slot. With `may` coroutines the
-/// slot is that of the OS thread running the coroutine at the moment of the call; never keep it
+/// Stripes are handed out from a global counter the first time a thread asks, so a worker that
+/// calls this once at start-up gets one of the lowest stripes (which every [`TableStats`] keeps
+/// separate). Threads beyond [`STRIPES`] wrap around and share a stripe. With `may` coroutines the
+/// stripe is that of the OS thread running the coroutine at the moment of the call; never keep it
 /// across a yield point.
 #[inline]
-pub fn worker_slot() -> usize {
-    SLOT.with(|slot| {
-        let v = slot.get();
+pub fn worker_stripe() -> usize {
+    STRIPE.with(|stripe| {
+        let v = stripe.get();
         if v != usize::MAX {
             return v;
         }
-        let v = NEXT_SLOT.fetch_add(1, Relaxed) % SLOTS;
-        slot.set(v);
+        let v = NEXT_STRIPE.fetch_add(1, Relaxed) % STRIPES;
+        stripe.set(v);
         v
     })
 }
 
-/// How many slots a [`TableStats`] allocates: twice the cores (room for the admin listener and
-/// other helper threads), rounded up to a power of two, at most [`SLOTS`]. Keeps a 10,000-rule
-/// table at about 1.3 MB on a 4-core Raspberry Pi instead of 10 MB for all 64 slots.
-pub(crate) fn table_slots() -> usize {
+/// How many stripes a [`TableStats`] allocates: twice the cores (room for the admin listener and
+/// other helper threads), rounded up to a power of two, at most [`STRIPES`]. Keeps a 10,000-rule
+/// table at about 1.3 MB on a 4-core Raspberry Pi instead of 10 MB for all 64 stripes.
+pub(crate) fn table_stripes() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-        (cores * 2).next_power_of_two().min(SLOTS)
+        (cores * 2).next_power_of_two().min(STRIPES)
     })
 }
 
@@ -108,7 +108,7 @@ pub(crate) fn table_slots() -> usize {
 const LANES: usize = 16;
 type Chunk = CachePadded<[AtomicU64; LANES]>;
 
-// Cell layout of one slot of a table: the fixed cells fill exactly the first chunk, then one
+// Cell layout of one stripe of a table: the fixed cells fill exactly the first chunk, then one
 // decision counter per rule, then one warning counter per rule.
 const BUCKETS: usize = 0; // N_BUCKETS + 1 cells: the bounds, then the +Inf overflow
 const SUM_NS: usize = BUCKETS + N_BUCKETS + 1;
@@ -117,37 +117,38 @@ const INVALID: usize = NO_MATCH + 1;
 const FIXED: usize = INVALID + 1;
 const _: () = assert!(FIXED == LANES);
 
-/// Decision counters of one table version, per worker slot: decisions per rule, no-match
+/// Decision counters of one table version, per worker stripe: decisions per rule, no-match
 /// count, evaluation warnings per rule, latency histogram and invalid-input count.
 ///
 /// Allocated once per table load; the request path only does a few relaxed `fetch_add`s on
 /// the calling thread's cache-line-aligned block.
 pub struct TableStats {
     rule_ids: Vec<String>,
-    /// Power of two, at most [`SLOTS`].
-    slots: usize,
-    chunks_per_slot: usize,
+    /// Power of two, at most [`STRIPES`].
+    stripes: usize,
+    chunks_per_stripe: usize,
     cells: Box<[Chunk]>,
 }
 
 impl fmt::Debug for TableStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TableStats").field("rules", &self.rule_ids.len()).field("slots", &self.slots).finish()
+        f.debug_struct("TableStats").field("rules", &self.rule_ids.len()).field("stripes", &self.stripes).finish()
     }
 }
 
 impl TableStats {
     /// Zeroed counters for a table whose rules (by index) have these ids.
     pub fn new(rule_ids: Vec<String>) -> TableStats {
-        Self::with_slots(rule_ids, table_slots())
+        Self::with_stripes(rule_ids, table_stripes())
     }
 
-    fn with_slots(rule_ids: Vec<String>, slots: usize) -> TableStats {
-        debug_assert!(slots.is_power_of_two() && slots <= SLOTS);
-        let cells_per_slot = FIXED + 2 * rule_ids.len();
-        let chunks_per_slot = cells_per_slot.div_ceil(LANES);
-        let cells = (0..slots * chunks_per_slot).map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))));
-        TableStats { rule_ids, slots, chunks_per_slot, cells: cells.collect() }
+    fn with_stripes(rule_ids: Vec<String>, stripes: usize) -> TableStats {
+        debug_assert!(stripes.is_power_of_two() && stripes <= STRIPES);
+        let cells_per_stripe = FIXED + 2 * rule_ids.len();
+        let chunks_per_stripe = cells_per_stripe.div_ceil(LANES);
+        let cells =
+            (0..stripes * chunks_per_stripe).map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))));
+        TableStats { rule_ids, stripes, chunks_per_stripe, cells: cells.collect() }
     }
 
     /// The rule ids, by rule index.
@@ -162,7 +163,7 @@ impl TableStats {
 
     #[inline]
     fn base(&self) -> usize {
-        (worker_slot() & (self.slots - 1)) * self.chunks_per_slot
+        (worker_stripe() & (self.stripes - 1)) * self.chunks_per_stripe
     }
 
     /// Counts one decision: the matching rule's index (`None`: no rule matched, the default
@@ -197,12 +198,12 @@ impl TableStats {
         self.add(self.base(), INVALID);
     }
 
-    /// Every cell summed over the slots.
+    /// Every cell summed over the stripes.
     fn totals(&self) -> Vec<u64> {
         let len = FIXED + 2 * self.rule_ids.len();
         let mut out = vec![0u64; len];
-        for slot in self.cells.chunks_exact(self.chunks_per_slot) {
-            for (chunk, out) in slot.iter().zip(out.chunks_mut(LANES)) {
+        for stripe in self.cells.chunks_exact(self.chunks_per_stripe) {
+            for (chunk, out) in stripe.iter().zip(out.chunks_mut(LANES)) {
                 for (cell, o) in chunk.iter().zip(out) {
                     *o = o.wrapping_add(cell.load(Relaxed));
                 }
@@ -265,7 +266,7 @@ fn code_label(index: usize) -> String {
     }
 }
 
-struct ServerSlot {
+struct ServerStripe {
     responses: [[AtomicU64; CODE_LABELS]; 2],
     accepted: AtomicU64,
     rejected: AtomicU64,
@@ -273,10 +274,10 @@ struct ServerSlot {
     write_timeouts: AtomicU64,
 }
 
-impl ServerSlot {
-    fn new() -> ServerSlot {
+impl ServerStripe {
+    fn new() -> ServerStripe {
         let zero = || AtomicU64::new(0);
-        ServerSlot {
+        ServerStripe {
             responses: std::array::from_fn(|_| std::array::from_fn(|_| zero())),
             accepted: zero(),
             rejected: zero(),
@@ -294,16 +295,16 @@ struct Reloads {
 }
 
 /// Server-wide counters: HTTP responses by listener and code, connections accepted and
-/// rejected, request timeouts (all per worker slot), and reload results (global; reloads are
+/// rejected, request timeouts (all per worker stripe), and reload results (global; reloads are
 /// rare).
 pub struct ServerStats {
-    slots: Box<[CachePadded<ServerSlot>]>,
+    stripes: Box<[CachePadded<ServerStripe>]>,
     reloads: CachePadded<Reloads>,
 }
 
 impl fmt::Debug for ServerStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServerStats").field("slots", &self.slots.len()).finish()
+        f.debug_struct("ServerStats").field("stripes", &self.stripes.len()).finish()
     }
 }
 
@@ -317,7 +318,7 @@ impl ServerStats {
     /// Zeroed counters.
     pub fn new() -> ServerStats {
         ServerStats {
-            slots: (0..SLOTS).map(|_| CachePadded::new(ServerSlot::new())).collect(),
+            stripes: (0..STRIPES).map(|_| CachePadded::new(ServerStripe::new())).collect(),
             reloads: CachePadded::new(Reloads {
                 ok: AtomicU64::new(0),
                 failed: AtomicU64::new(0),
@@ -327,39 +328,39 @@ impl ServerStats {
     }
 
     #[inline]
-    fn slot(&self) -> &ServerSlot {
-        &self.slots[worker_slot() % SLOTS]
+    fn stripe(&self) -> &ServerStripe {
+        &self.stripes[worker_stripe() % STRIPES]
     }
 
     /// Counts a response sent on the main (`admin == false`) or admin listener. Common codes
     /// are counted exactly, others by class (`"4xx"`, or `"other"` outside 100..=599).
     #[inline]
     pub fn record_response(&self, admin: bool, status: u16) {
-        self.slot().responses[usize::from(admin)][code_index(status)].fetch_add(1, Relaxed);
+        self.stripe().responses[usize::from(admin)][code_index(status)].fetch_add(1, Relaxed);
     }
 
     /// Counts an accepted connection.
     #[inline]
     pub fn connection_accepted(&self) {
-        self.slot().accepted.fetch_add(1, Relaxed);
+        self.stripe().accepted.fetch_add(1, Relaxed);
     }
 
     /// Counts a connection refused because `max_connections` were open.
     #[inline]
     pub fn connection_rejected(&self) {
-        self.slot().rejected.fetch_add(1, Relaxed);
+        self.stripe().rejected.fetch_add(1, Relaxed);
     }
 
     /// Counts a request that timed out.
     #[inline]
     pub fn request_timed_out(&self) {
-        self.slot().timeouts.fetch_add(1, Relaxed);
+        self.stripe().timeouts.fetch_add(1, Relaxed);
     }
 
     /// Counts a connection dropped because its client stopped reading its answers.
     #[inline]
     pub fn write_timed_out(&self) {
-        self.slot().write_timeouts.fetch_add(1, Relaxed);
+        self.stripe().write_timeouts.fetch_add(1, Relaxed);
     }
 
     /// Counts a finished reload; a successful one also sets the last-success time (unix seconds).
@@ -383,16 +384,16 @@ impl ServerStats {
             reloads_failed: self.reloads.failed.load(Relaxed),
             last_reload_ok: f64::from_bits(self.reloads.last_ok.load(Relaxed)),
         };
-        for slot in self.slots.iter() {
-            for (out, cells) in s.responses.iter_mut().zip(&slot.responses) {
+        for stripe in self.stripes.iter() {
+            for (out, cells) in s.responses.iter_mut().zip(&stripe.responses) {
                 for (o, c) in out.iter_mut().zip(cells) {
                     *o += c.load(Relaxed);
                 }
             }
-            s.accepted += slot.accepted.load(Relaxed);
-            s.rejected += slot.rejected.load(Relaxed);
-            s.timeouts += slot.timeouts.load(Relaxed);
-            s.write_timeouts += slot.write_timeouts.load(Relaxed);
+            s.accepted += stripe.accepted.load(Relaxed);
+            s.rejected += stripe.rejected.load(Relaxed);
+            s.timeouts += stripe.timeouts.load(Relaxed);
+            s.write_timeouts += stripe.write_timeouts.load(Relaxed);
         }
         s
     }
@@ -1030,14 +1031,14 @@ mod tests {
     };
 
     #[test]
-    fn worker_slot_is_stable_and_in_range() {
-        let here = worker_slot();
-        assert_eq!(here, worker_slot());
-        assert!(here < SLOTS);
-        let there = std::thread::spawn(|| (worker_slot(), worker_slot())).join().unwrap();
+    fn worker_stripe_is_stable_and_in_range() {
+        let here = worker_stripe();
+        assert_eq!(here, worker_stripe());
+        assert!(here < STRIPES);
+        let there = std::thread::spawn(|| (worker_stripe(), worker_stripe())).join().unwrap();
         assert_eq!(there.0, there.1);
-        assert!(there.0 < SLOTS);
-        assert!(table_slots().is_power_of_two() && table_slots() <= SLOTS);
+        assert!(there.0 < STRIPES);
+        assert!(table_stripes().is_power_of_two() && table_stripes() <= STRIPES);
     }
 
     #[test]
@@ -1046,7 +1047,7 @@ mod tests {
             BOUNDS_NS,
             [1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 5_000_000, 25_000_000]
         );
-        let stats = TableStats::with_slots(ids(&["a"]), 1);
+        let stats = TableStats::with_stripes(ids(&["a"]), 1);
         for ns in [0, 1_000, 1_001, 25_000_000, 25_000_001] {
             stats.record(Some(0), ns, &[]);
         }
@@ -1061,8 +1062,9 @@ mod tests {
     fn counts_from_several_threads_sum() {
         const THREADS: usize = 8;
         const N: u64 = 10_000;
-        // Two slots for eight threads: collisions must still count correctly.
-        for stats in [TableStats::new(ids(&["r0", "r1", "r2"])), TableStats::with_slots(ids(&["r0", "r1", "r2"]), 2)] {
+        // Two stripes for eight threads: collisions must still count correctly.
+        for stats in [TableStats::new(ids(&["r0", "r1", "r2"])), TableStats::with_stripes(ids(&["r0", "r1", "r2"]), 2)]
+        {
             let server = ServerStats::new();
             std::thread::scope(|s| {
                 for t in 0..THREADS {

@@ -13,7 +13,7 @@
 //! that only the prober writes, and only when the generation moved does the worker touch the
 //! `ArcSwap` (and the `Arc`'s count). The one thing that changes between publications, our
 //! own in-flight requests to each peer, lives in per-worker counters ([`Counters`]: one block
-//! of cache lines per worker slot) that a worker writes only in its own block. So the request
+//! of cache lines per worker stripe) that a worker writes only in its own block. So the request
 //! path takes no lock and writes no line another core writes.
 //!
 //! # Why it is correct
@@ -25,8 +25,8 @@
 //! - The thread-local cache is borrowed only inside [`Router::route`], which never yields: the
 //!   choice is returned as a [`Target`] (an index and a socket address, both `Copy`), and the
 //!   forward that follows (which yields, and may resume on another thread) holds no reference
-//!   to per-thread state. The in-flight guard remembers the slot it counted in and gives the
-//!   count back there, so the sum over slots stays exact even when the coroutine migrated.
+//!   to per-thread state. The in-flight guard remembers the stripe it counted in and gives the
+//!   count back there, so the sum over stripes stays exact even when the coroutine migrated.
 //! - Choosing costs O(1) in the number of instances: a table-name lookup, two draws from an
 //!   alias table (or one lookup in the hash ring's bucket index, see [`choice`]) and two score
 //!   comparisons, reading a few cache lines of compact per-table arrays and of this worker's
@@ -257,10 +257,10 @@ impl Router {
         table::with_shard(self, f)
     }
 
-    /// Our own requests in flight to `index`, as the worker of `slot` counted them.
+    /// Our own requests in flight to `index`, as the worker of `stripe` counted them.
     #[inline]
-    fn our_inflight_at(&self, slot: usize, index: usize) -> u64 {
-        (self.counters.get_at(slot, index, Field::Inflight) as i64).max(0) as u64
+    fn our_inflight_at(&self, stripe: usize, index: usize) -> u64 {
+        (self.counters.get_at(stripe, index, Field::Inflight) as i64).max(0) as u64
     }
 
     /// Where instance `index` is now, from this worker's table (`None`: not known).
@@ -271,13 +271,13 @@ impl Router {
     /// Counts a forward to `target` as in flight until the guard drops; `retry`: a retry.
     pub fn begin_forward(&self, target: Target, retry: bool) -> ForwardGuard<'_> {
         let index = target.index as usize;
-        let slot = self.counters.slot_here();
-        self.counters.add_at(slot, index, Field::Forwarded, 1);
+        let stripe = self.counters.stripe_here();
+        self.counters.add_at(stripe, index, Field::Forwarded, 1);
         if retry {
-            self.counters.add_at(slot, index, Field::Retried, 1);
+            self.counters.add_at(stripe, index, Field::Retried, 1);
         }
-        self.counters.add_at(slot, index, Field::Inflight, 1);
-        ForwardGuard { router: self, index, slot, done: false }
+        self.counters.add_at(stripe, index, Field::Inflight, 1);
+        ForwardGuard { router: self, index, stripe, done: false }
     }
 
     /// The table `table` is switched to by hand, if it is.
@@ -364,7 +364,7 @@ impl Router {
 pub struct ForwardGuard<'r> {
     router: &'r Router,
     index: usize,
-    slot: usize,
+    stripe: usize,
     done: bool,
 }
 
@@ -385,8 +385,8 @@ impl ForwardGuard<'_> {
 
 impl Drop for ForwardGuard<'_> {
     fn drop(&mut self) {
-        // given back in the slot it was counted in, wherever the coroutine runs now
-        self.router.counters.add_at(self.slot, self.index, Field::Inflight, u64::MAX);
+        // given back in the stripe it was counted in, wherever the coroutine runs now
+        self.router.counters.add_at(self.stripe, self.index, Field::Inflight, u64::MAX);
         if !self.done {
             self.router.counters.add(self.index, Field::Failed, 1);
         }
@@ -433,60 +433,60 @@ enum Field {
 const FIELDS: usize = 6;
 const LANES: usize = 16;
 
-/// Per-worker counters per instance: each worker slot owns whole cache lines
+/// Per-worker counters per instance: each worker stripe owns whole cache lines
 /// (`CachePadded` blocks of 16 counters), so workers never write each other's lines. Within a
-/// slot, one field of every instance, then the next field.
+/// stripe, one field of every instance, then the next field.
 struct Counters {
-    slots: usize,
+    stripes: usize,
     instances: usize,
-    chunks_per_slot: usize,
+    chunks_per_stripe: usize,
     cells: Box<[CachePadded<[AtomicU64; LANES]>]>,
 }
 
 impl Counters {
     fn new(instances: usize) -> Counters {
-        let slots = crate::metrics::table_slots();
-        let chunks_per_slot = (instances * FIELDS).div_ceil(LANES).max(1);
-        let cells = (0..slots * chunks_per_slot)
+        let stripes = crate::metrics::table_stripes();
+        let chunks_per_stripe = (instances * FIELDS).div_ceil(LANES).max(1);
+        let cells = (0..stripes * chunks_per_stripe)
             .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
             .collect();
-        Counters { slots, instances, chunks_per_slot, cells }
+        Counters { stripes, instances, chunks_per_stripe, cells }
     }
 
-    /// This worker's slot. Never inlined, for the reason [`table::with_shard`] gives: a forward
+    /// This worker's stripe. Never inlined, for the reason [`table::with_shard`] gives: a forward
     /// counts before and after it yields.
     #[inline(never)]
-    fn slot_here(&self) -> usize {
-        crate::metrics::worker_slot() & (self.slots - 1)
+    fn stripe_here(&self) -> usize {
+        crate::metrics::worker_stripe() & (self.stripes - 1)
     }
 
     #[inline]
-    fn cell(&self, slot: usize, index: usize, field: Field) -> &AtomicU64 {
+    fn cell(&self, stripe: usize, index: usize, field: Field) -> &AtomicU64 {
         // field-major: the in-flight counts a route decision reads lie together (8 KB for
         // 1,000 instances), not one per 48 bytes
         let i = field as usize * self.instances + index;
-        &self.cells[slot * self.chunks_per_slot + i / LANES][i % LANES]
+        &self.cells[stripe * self.chunks_per_stripe + i / LANES][i % LANES]
     }
 
     #[inline]
-    fn add_at(&self, slot: usize, index: usize, field: Field, n: u64) {
-        self.cell(slot, index, field).fetch_add(n, Ordering::Relaxed);
+    fn add_at(&self, stripe: usize, index: usize, field: Field, n: u64) {
+        self.cell(stripe, index, field).fetch_add(n, Ordering::Relaxed);
     }
 
     #[inline]
     fn add(&self, index: usize, field: Field, n: u64) {
-        self.add_at(self.slot_here(), index, field, n);
+        self.add_at(self.stripe_here(), index, field, n);
     }
 
     #[inline]
-    fn get_at(&self, slot: usize, index: usize, field: Field) -> u64 {
-        self.cell(slot, index, field).load(Ordering::Relaxed)
+    fn get_at(&self, stripe: usize, index: usize, field: Field) -> u64 {
+        self.cell(stripe, index, field).load(Ordering::Relaxed)
     }
 
-    /// The sum over every slot (wrapping: in-flight counts go down in another slot's cell
+    /// The sum over every stripe (wrapping: in-flight counts go down in another stripe's cell
     /// only through [`ForwardGuard`], which gives back where it took).
     fn sum(&self, index: usize, field: Field) -> u64 {
-        (0..self.slots).fold(0u64, |acc, s| acc.wrapping_add(self.cell(s, index, field).load(Ordering::Relaxed)))
+        (0..self.stripes).fold(0u64, |acc, s| acc.wrapping_add(self.cell(s, index, field).load(Ordering::Relaxed)))
     }
 }
 

@@ -421,9 +421,9 @@ impl InstanceTable {
         if alias.len() == 0 {
             return if ask.local_serves { Plan::Local } else { Plan::NoHealthy };
         }
-        let slot = router.counters.slot_here();
+        let stripe = router.counters.stripe_here();
         let score = |i: usize| {
-            let ours = router.our_inflight_at(slot, alias.instance(i) as usize);
+            let ours = router.our_inflight_at(stripe, alias.instance(i) as usize);
             alias.score(i, ours as f32 * INFLIGHT_LOAD as f32)
         };
         let (a, b) = draw_two(alias);

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use super::http::Response;
 use super::App;
 use crate::expr::json::write_json_string;
-use crate::table::registry::{Reloaded, Slot, SwitchError, WriterError};
+use crate::table::registry::{Entry, Reloaded, SwitchError, WriterError};
 use crate::table::Engine;
 
 /// `PUT /tables/{name}/rules/{id}/enabled` with a body of `true` or `false`: a kill switch
@@ -109,9 +109,9 @@ pub fn write_reload_notes(reloaded: &Reloaded, name: &str, b: &mut String) {
 
 /// `,"pinned":…,"switched_off":[…]` of `GET /tables/{name}` (and `"switches_without_rule"`
 /// when some switches name rules the table does not have).
-pub fn write_switch_state(slot: &Slot, b: &mut String) {
+pub fn write_switch_state(entry: &Entry, b: &mut String) {
     b.push_str(",\"pinned\":");
-    match &slot.pin {
+    match &entry.pin {
         Some(pin) => {
             b.push_str("{\"version\":");
             write_json_string(&pin.version, b);
@@ -124,13 +124,13 @@ pub fn write_switch_state(slot: &Slot, b: &mut String) {
         None => b.push_str("null"),
     }
     // a flash table has cells, not rules: nothing to switch off
-    if let Some(t) = slot.current.as_ref().filter(|t| matches!(&*t.engine, Engine::Rules(_))) {
+    if let Some(t) = entry.current.as_ref().filter(|t| matches!(&*t.engine, Engine::Rules(_))) {
         b.push_str(",\"switched_off\":");
         write_string_array(t.switched_off_ids(), b);
     }
-    if !slot.switches_without_rule.is_empty() {
+    if !entry.switches_without_rule.is_empty() {
         b.push_str(",\"switches_without_rule\":");
-        write_string_array(&slot.switches_without_rule, b);
+        write_string_array(&entry.switches_without_rule, b);
     }
 }
 

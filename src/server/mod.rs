@@ -4,7 +4,7 @@
 //! listeners, a signal thread (SIGHUP reloads, SIGTERM drains), a watcher
 //! that reloads changed tables, and a sampler for `/health`'s `load`.
 // This file is being changed on other branches, so its proofs are stated here rather than written
-// into each line: indexes are worker slots, which the per-worker arrays are sized for.
+// into each line: indexes are worker stripes, which the per-worker arrays are sized for.
 #![allow(clippy::indexing_slicing)]
 
 pub mod admin;
@@ -24,14 +24,14 @@ use crossbeam::utils::CachePadded;
 
 use crate::config::Loaded;
 use crate::decide::Stages;
-use crate::metrics::{worker_slot, ServerStats};
+use crate::metrics::{worker_stripe, ServerStats};
 use crate::snapshot::Recorder;
 use crate::table::registry::{Outcome, Registry, Reloaded, Sources, WriterError};
 use crate::table::Limits;
 use conn::{ConnLimits, ConnObserver};
 use routes::Listener;
 
-const SLOTS: usize = 64;
+const STRIPES: usize = 64;
 /// The longest a drain waits for connections to finish.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// Connections the admin listener accepts at once.
@@ -75,7 +75,7 @@ pub struct App {
 /// Marks one request as in flight until dropped.
 pub struct InFlight<'a> {
     app: &'a App,
-    slot: usize,
+    stripe: usize,
     started: Instant,
 }
 
@@ -88,17 +88,17 @@ impl InFlight<'_> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.app.inflight[self.slot].fetch_sub(1, Ordering::Relaxed);
-        self.app.busy_ns[self.slot].fetch_add(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.app.inflight[self.stripe].fetch_sub(1, Ordering::Relaxed);
+        self.app.busy_ns[self.stripe].fetch_add(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
 impl App {
     /// Counts a request as in flight (and its time as busy) until the guard drops.
     pub fn enter(&self) -> InFlight<'_> {
-        let slot = worker_slot() % SLOTS;
-        self.inflight[slot].fetch_add(1, Ordering::Relaxed);
-        InFlight { app: self, slot, started: Instant::now() }
+        let stripe = worker_stripe() % STRIPES;
+        self.inflight[stripe].fetch_add(1, Ordering::Relaxed);
+        InFlight { app: self, stripe, started: Instant::now() }
     }
 
     /// Requests being handled now.
@@ -279,8 +279,8 @@ pub fn run(loaded: Loaded) -> i32 {
         stages: Stages::new(&cfg.model, recorder, tuner),
         router: cfg.router.enabled().then(|| crate::router::Router::new(&cfg.router)),
         draining: AtomicBool::new(false),
-        inflight: (0..SLOTS).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
-        busy_ns: (0..SLOTS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+        inflight: (0..STRIPES).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
+        busy_ns: (0..STRIPES).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
         load_bits: AtomicU64::new(0f64.to_bits()),
         open: [AtomicUsize::new(0), AtomicUsize::new(0)],
         open_before_drain: AtomicUsize::new(0),
@@ -336,7 +336,7 @@ pub fn run(loaded: Loaded) -> i32 {
         "clef {} listening on {main_addr} (admin {}), {} tables, {workers} workers, ready in {} ms",
         env!("CARGO_PKG_VERSION"),
         if admin.is_some() { admin_addr.as_str() } else { "off" },
-        app.registry.snapshot().slots.len(),
+        app.registry.snapshot().entries.len(),
         started.elapsed().as_millis()
     );
     if let Some(router) = &app.router {

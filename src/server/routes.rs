@@ -325,9 +325,9 @@ fn count(decided: &pipeline::Decided<'_>, latency_ns: u64) {
     match &decided.result {
         Ok(decision) => {
             let warned: Vec<usize> = decision.warnings.iter().map(|w| w.rule).collect();
-            decided.slot.stats.record(decision.rule, latency_ns, &warned);
+            decided.entry.stats.record(decision.rule, latency_ns, &warned);
         }
-        Err(_) => decided.slot.stats.record_invalid_input(),
+        Err(_) => decided.entry.stats.record_invalid_input(),
     }
 }
 
@@ -542,7 +542,7 @@ fn header_safe(text: &str) -> String {
 fn health_problems(app: &App, tables: &Tables) -> Vec<(String, String)> {
     let mut problems: Vec<(String, String)> = tables.errors().map(|(n, e)| (n.to_string(), e.to_string())).collect();
     if let Some(default) = app.default_table.as_deref() {
-        let serving = tables.get(default).is_some_and(|slot| slot.current.is_some());
+        let serving = tables.get(default).is_some_and(|entry| entry.current.is_some());
         let reported = problems.iter().any(|(n, _)| *n == default);
         if !serving && !reported {
             problems.push((
@@ -580,8 +580,8 @@ fn health(app: &App, rsp: &mut Response) {
     write_json_string(env!("CARGO_PKG_VERSION"), b);
     b.push_str(",\"tables\":{");
     let mut first = true;
-    for (name, slot) in &tables.slots {
-        if let Some(t) = &slot.current {
+    for (name, entry) in &tables.entries {
+        if let Some(t) = &entry.current {
             if !first {
                 b.push(',');
             }
@@ -603,22 +603,22 @@ fn health(app: &App, rsp: &mut Response) {
 fn metrics_text(app: &App, req: &Request<'_>, rsp: &mut Response) {
     let tables = app.registry.snapshot();
     let views: Vec<TableView<'_>> = tables
-        .slots
+        .entries
         .iter()
-        .filter_map(|(name, slot)| {
-            slot.current.as_ref().map(|t| TableView {
+        .filter_map(|(name, entry)| {
+            entry.current.as_ref().map(|t| TableView {
                 name,
                 version: &t.version,
                 kind: t.kind.name(),
-                stats: &slot.stats,
+                stats: &entry.stats,
             })
         })
         .collect();
     // Every table name, served or not: a file that never loaded is the one most in need of a look.
     let loads: Vec<TableLoad<'_>> = tables
-        .slots
+        .entries
         .iter()
-        .map(|(name, slot)| TableLoad { name, failing: slot.error.is_some(), failures: slot.load_failures })
+        .map(|(name, entry)| TableLoad { name, failing: entry.error.is_some(), failures: entry.load_failures })
         .collect();
     let shadows = app.stages.shadow_counts();
     let router = app.router.as_ref().map(|r| r.figures()).unwrap_or_default();
@@ -669,13 +669,13 @@ fn tables(app: &App, rsp: &mut Response) {
     let tables = app.registry.snapshot();
     let b = &mut rsp.body;
     b.push_str("{\"tables\":[");
-    for (i, (name, slot)) in tables.slots.iter().enumerate() {
+    for (i, (name, entry)) in tables.entries.iter().enumerate() {
         if i > 0 {
             b.push(',');
         }
         b.push_str("{\"name\":");
         write_json_string(name, b);
-        match &slot.current {
+        match &entry.current {
             Some(t) => {
                 write_table_summary(t, b);
                 b.push_str(",\"default\":");
@@ -683,7 +683,7 @@ fn tables(app: &App, rsp: &mut Response) {
             }
             None => b.push_str(",\"version\":null"),
         }
-        if let Some(e) = &slot.error {
+        if let Some(e) = &entry.error {
             b.push_str(",\"error\":");
             write_json_string(e, b);
         }
@@ -696,7 +696,7 @@ fn tables(app: &App, rsp: &mut Response) {
 /// admin listener.
 fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
     let tables = app.registry.snapshot();
-    let Some(slot) = tables.get(name) else {
+    let Some(entry) = tables.get(name) else {
         return refuse(&pipeline::unknown_table(&tables, name), rsp);
     };
     let b = &mut rsp.body;
@@ -704,7 +704,7 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
     write_json_string(name, b);
     if admin {
         b.push_str(",\"files\":[");
-        for (i, f) in slot.files.iter().enumerate() {
+        for (i, f) in entry.files.iter().enumerate() {
             if i > 0 {
                 b.push(',');
             }
@@ -712,11 +712,11 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
         }
         b.push(']');
     }
-    if let Some(e) = &slot.error {
+    if let Some(e) = &entry.error {
         b.push_str(",\"error\":");
         write_json_string(e, b);
     }
-    let versions: Vec<&str> = slot.previous.iter().map(|t| t.version.as_str()).collect();
+    let versions: Vec<&str> = entry.previous.iter().map(|t| t.version.as_str()).collect();
     b.push_str(",\"previous_versions\":[");
     for (i, v) in versions.iter().rev().enumerate() {
         if i > 0 {
@@ -725,8 +725,8 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
         write_json_string(v, b);
     }
     b.push(']');
-    admin::write_switch_state(slot, b);
-    if let Some(t) = &slot.current {
+    admin::write_switch_state(entry, b);
+    if let Some(t) = &entry.current {
         write_table_summary(t, b);
         if let Some(d) = &t.description {
             b.push_str(",\"description\":");

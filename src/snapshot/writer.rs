@@ -3,10 +3,10 @@
 //! segment files, rotates and deletes segments, and keeps the most recent frames in memory for
 //! `GET /snapshots/{id}`.
 //!
-//! **The queue is bounded in memory, not in lines.** Each core's slot owns chunks of
+//! **The queue is bounded in memory, not in lines.** Each core's stripe owns chunks of
 //! `Settings::chunk_bytes` (128 KiB), at most its share of `Settings::queue_bytes` of them
 //! counted by capacity wherever they are (being filled, waiting, with the writer, spare). A
-//! worker encodes the line into its thread's scratch string, locks its own slot (uncontended:
+//! worker encodes the line into its thread's scratch string, locks its own stripe (uncontended:
 //! only the writer, for pointer moves, and a rare lookup take it too), copies the line into the
 //! open chunk and unlocks. A chunk never grows: a line that does not fit closes it and opens a
 //! spare; with no spare and no room left in the share the snapshot is refused and counted (the
@@ -18,21 +18,21 @@
 //! **Memory comes back.** Chunks are mapped from the OS ([`memmap2`]), not taken from the
 //! allocator: a chunk that is unmapped returns its pages at once, whichever thread filled it,
 //! and a fresh one costs nothing until it is written. The writer hands a written chunk back to
-//! its slot as a spare (a warm recorder maps nothing), and once a second unmaps the spares the
-//! slot did not need in the last second: a second after a burst, an idle slot holds nothing.
+//! its stripe as a spare (a warm recorder maps nothing), and once a second unmaps the spares the
+//! stripe did not need in the last second: a second after a burst, an idle stripe holds nothing.
 //! The recent window holds the compressed frames as written (about ten times more snapshots
 //! per byte than the lines), bounded in bytes. An idle writer also frees its zstd context and
 //! frame buffer (made again for the next frame). Then it asks the allocator to give back what
 //! was freed ([`crate::memory::release`]).
 //!
 //! **A lookup misses nothing recent.** A chunk is in exactly one of three places a lookup
-//! searches: its slot, the writer's in-flight list (entered under the slot's lock as the
-//! chunk leaves the slot, left only after its frame joined the window), or the window. A
-//! lookup searches the window, the in-flight list, the slots, the in-flight list again and the
+//! searches: its stripe, the writer's in-flight list (entered under the stripe's lock as the
+//! chunk leaves the stripe, left only after its frame joined the window), or the window. A
+//! lookup searches the window, the in-flight list, the stripes, the in-flight list again and the
 //! window again, so a chunk moving on while it looks is found at its next place; each chunk
 //! and frame carries the time range of its ids, so a lookup decodes only the frames that can
 //! hold the id.
-// Every index is a worker slot masked by the slot count or a position checked just before; each
+// Every index is a worker stripe masked by the stripe count or a position checked just before; each
 // `expect` names an invariant of the lines above it.
 #![allow(clippy::indexing_slicing, clippy::expect_used)]
 
@@ -52,19 +52,19 @@ use super::config::{Compress, KeepClass, SnapshotsConfig};
 use super::id::{unix_ms, with_thread_gen, SnapshotId};
 use super::record::{encode, Event, Redact, Scratch};
 use super::segment::{self, Stream};
-use crate::metrics::worker_slot;
+use crate::metrics::worker_stripe;
 
 /// Internal sizes and intervals; the defaults suit a Raspberry Pi. Tests shrink them.
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// memory the queue may take, all cores together, in bytes of chunk capacity (beyond:
-    /// snapshots are dropped); each core's slot gets an equal share, at least 64 KiB
+    /// snapshots are dropped); each core's stripe gets an equal share, at least 64 KiB
     pub queue_bytes: usize,
     /// the memory of the recent window `lookup` answers from, in bytes: compressed frames
     /// (plain chunks with `compress: none`)
     pub recent_bytes: usize,
     /// the size of one queue chunk, and so the largest uncompressed zstd frame (a longer line
-    /// is a frame of its own); at most a quarter of a slot's share
+    /// is a frame of its own); at most a quarter of a stripe's share
     pub chunk_bytes: usize,
     /// a segment is closed beyond this size; default: `max_disk_mb / 8`, from 256 KiB to 64 MiB
     pub segment_bytes: Option<u64>,
@@ -74,7 +74,7 @@ pub struct Settings {
     pub sync_interval: Duration,
     /// how often retention runs (also at start and after each segment closes)
     pub retention_interval: Duration,
-    /// how often spare chunks a slot did not need are unmapped and freed memory is returned
+    /// how often spare chunks a stripe did not need are unmapped and freed memory is returned
     pub trim_interval: Duration,
     /// zstd compression level
     pub zstd_level: i32,
@@ -191,10 +191,10 @@ struct Shared {
     keep: Vec<KeepClass>,
     /// `sample_rate` as a threshold on 64 random bits; `u64::MAX`: keep all
     threshold: u64,
-    slots: Box<[CachePadded<Slot>]>,
-    slot_mask: usize,
-    /// each slot's share of `queue_bytes`
-    slot_cap: usize,
+    stripes: Box<[CachePadded<Stripe>]>,
+    stripe_mask: usize,
+    /// each stripe's share of `queue_bytes`
+    stripe_cap: usize,
     /// the capacity of an ordinary chunk (a page multiple)
     chunk_bytes: usize,
     writer: OnceLock<Thread>,
@@ -202,33 +202,33 @@ struct Shared {
     flush_asked: AtomicU64,
     flush_done: Mutex<u64>,
     flushed: Condvar,
-    /// chunks the writer took from the slots and has not put in the window yet
+    /// chunks the writer took from the stripes and has not put in the window yet
     in_flight: Mutex<Vec<Arc<Chunk>>>,
     recent: Mutex<Recent>,
     w: WriterCounters,
 }
 
 #[derive(Default)]
-struct Slot {
-    queue: Mutex<SlotQueue>,
+struct Stripe {
+    queue: Mutex<StripeQueue>,
     recorded: AtomicU64,
     sampled_out: AtomicU64,
     dropped: AtomicU64,
     /// bytes of lines in `open` and `ready`
     queued: AtomicU64,
-    /// capacity of every chunk of the slot (`SlotQueue::held`), for the figures
+    /// capacity of every chunk of the stripe (`StripeQueue::held`), for the figures
     held: AtomicU64,
 }
 
 #[derive(Default)]
-struct SlotQueue {
+struct StripeQueue {
     /// the chunk being filled, per stream (`Stream as usize`); never empty when there
     open: [Option<Chunk>; 2],
     /// closed chunks waiting for the writer, in order
     ready: Vec<Chunk>,
     /// empty chunks the writer handed back
     spares: Vec<Chunk>,
-    /// capacity of every chunk of this slot, wherever it is (here or with the writer)
+    /// capacity of every chunk of this stripe, wherever it is (here or with the writer)
     held: usize,
     /// bytes of lines in `open` and `ready`
     queued: usize,
@@ -351,9 +351,9 @@ impl Recorder {
         })?;
         probe_writable(&dir)?;
         let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let n_slots = (cores * 2).next_power_of_two().min(crate::metrics::SLOTS);
-        let slot_cap = (settings.queue_bytes / n_slots).max(64 << 10);
-        let chunk_bytes = page_multiple(settings.chunk_bytes.clamp(PAGE, slot_cap / 4));
+        let n_stripes = (cores * 2).next_power_of_two().min(crate::metrics::STRIPES);
+        let stripe_cap = (settings.queue_bytes / n_stripes).max(64 << 10);
+        let chunk_bytes = page_multiple(settings.chunk_bytes.clamp(PAGE, stripe_cap / 4));
         let threshold = if config.sample_rate >= 1.0 {
             u64::MAX
         } else {
@@ -365,9 +365,9 @@ impl Recorder {
             redact: Redact::new(&config.redact),
             keep: config.always_keep.clone(),
             threshold,
-            slots: (0..n_slots).map(|_| CachePadded::new(Slot::default())).collect(),
-            slot_mask: n_slots - 1,
-            slot_cap,
+            stripes: (0..n_stripes).map(|_| CachePadded::new(Stripe::default())).collect(),
+            stripe_mask: n_stripes - 1,
+            stripe_cap,
             chunk_bytes,
             writer: OnceLock::new(),
             stopped: AtomicBool::new(false),
@@ -409,14 +409,14 @@ impl Recorder {
     /// after the response).
     pub fn record_as(&self, id: SnapshotId, ev: &Event<'_>) -> Status {
         let s = &*self.handle.shared;
-        let slot = &s.slots[worker_slot() & s.slot_mask];
+        let stripe = &s.stripes[worker_stripe() & s.stripe_mask];
         let keep = s.keep.iter().any(|&c| ev.is(c));
         if !keep && s.threshold != u64::MAX && with_thread_gen(|g| g.rng().next_u64()) >= s.threshold {
-            slot.sampled_out.fetch_add(1, Relaxed);
+            stripe.sampled_out.fetch_add(1, Relaxed);
             return Status::SampledOut;
         }
         if s.stopped.load(Relaxed) {
-            slot.dropped.fetch_add(1, Relaxed);
+            stripe.dropped.fetch_add(1, Relaxed);
             return Status::Dropped;
         }
         let stream = if keep { Stream::Keep } else { Stream::Ordinary };
@@ -429,7 +429,7 @@ impl Recorder {
             }
             scratch.line.clear();
             encode(id, ev, redacted.then_some(scratch.redacted.as_str()), &mut scratch.text, &mut scratch.line);
-            let status = s.enqueue(slot, stream, scratch.line.as_bytes(), id.unix_ms());
+            let status = s.enqueue(stripe, stream, scratch.line.as_bytes(), id.unix_ms());
             if scratch.line.capacity() > SCRATCH_KEPT {
                 scratch.line = String::new();
             }
@@ -482,26 +482,30 @@ impl Recorder {
             let chunks: Vec<Arc<Chunk>> = s.in_flight.lock().iter().filter(|c| c.may_hold(ms)).cloned().collect();
             chunks.iter().find_map(|c| find_line(&finder, c.bytes()))
         };
-        let search_slots = || {
-            s.slots.iter().find_map(|slot| {
-                let q = slot.queue.lock();
+        let search_stripes = || {
+            s.stripes.iter().find_map(|stripe| {
+                let q = stripe.queue.lock();
                 let mut chunks = q.open.iter().flatten().chain(q.ready.iter());
                 chunks.find_map(|c| if c.may_hold(ms) { find_line(&finder, c.bytes()) } else { None })
             })
         };
-        search_recent().or_else(search_in_flight).or_else(search_slots).or_else(search_in_flight).or_else(search_recent)
+        search_recent()
+            .or_else(search_in_flight)
+            .or_else(search_stripes)
+            .or_else(search_in_flight)
+            .or_else(search_recent)
     }
 
     /// The recorder's figures.
     pub fn stats(&self) -> Stats {
         let s = &*self.handle.shared;
         let mut out = Stats::default();
-        for slot in s.slots.iter() {
-            out.recorded += slot.recorded.load(Relaxed);
-            out.sampled_out += slot.sampled_out.load(Relaxed);
-            out.dropped += slot.dropped.load(Relaxed);
-            out.queued_bytes += slot.queued.load(Relaxed);
-            out.queue_memory_bytes += slot.held.load(Relaxed);
+        for stripe in s.stripes.iter() {
+            out.recorded += stripe.recorded.load(Relaxed);
+            out.sampled_out += stripe.sampled_out.load(Relaxed);
+            out.dropped += stripe.dropped.load(Relaxed);
+            out.queued_bytes += stripe.queued.load(Relaxed);
+            out.queue_memory_bytes += stripe.held.load(Relaxed);
         }
         let w = &s.w;
         out.bytes_in = w.bytes_in.load(Relaxed);
@@ -537,10 +541,10 @@ fn find_line(finder: &memchr::memmem::Finder<'_>, buf: &[u8]) -> Option<String> 
 }
 
 impl Shared {
-    /// Copies one encoded line into the slot's open chunk of `stream` (opening another when it
-    /// does not fit); `Dropped` when the slot's share of the queue is used up.
-    fn enqueue(&self, slot: &Slot, stream: Stream, line: &[u8], ms: u64) -> Status {
-        let mut q = slot.queue.lock();
+    /// Copies one encoded line into the stripe's open chunk of `stream` (opening another when it
+    /// does not fit); `Dropped` when the stripe's share of the queue is used up.
+    fn enqueue(&self, stripe: &Stripe, stream: Stream, line: &[u8], ms: u64) -> Status {
+        let mut q = stripe.queue.lock();
         let i = stream as usize;
         if q.open[i].as_ref().is_none_or(|c| c.room() < line.len()) {
             if let Some(closed) = q.open[i].take() {
@@ -549,7 +553,7 @@ impl Shared {
             let wake = !q.ready.is_empty() && !q.signalled;
             q.signalled |= wake;
             let fresh = self.fresh_chunk(&mut q, line.len());
-            slot.held.store(q.held as u64, Relaxed);
+            stripe.held.store(q.held as u64, Relaxed);
             if wake {
                 self.wake_writer();
             }
@@ -560,7 +564,7 @@ impl Shared {
                 }
                 None => {
                     drop(q);
-                    slot.dropped.fetch_add(1, Relaxed);
+                    stripe.dropped.fetch_add(1, Relaxed);
                     return Status::Dropped;
                 }
             }
@@ -569,20 +573,20 @@ impl Shared {
         q.queued += line.len();
         let queued = q.queued;
         drop(q);
-        slot.queued.store(queued as u64, Relaxed);
-        slot.recorded.fetch_add(1, Relaxed);
+        stripe.queued.store(queued as u64, Relaxed);
+        stripe.recorded.fetch_add(1, Relaxed);
         Status::Recorded
     }
 
-    /// An empty chunk for a line of `need` bytes: a spare, or a new one within the slot's share.
-    fn fresh_chunk(&self, q: &mut SlotQueue, need: usize) -> Option<Chunk> {
+    /// An empty chunk for a line of `need` bytes: a spare, or a new one within the stripe's share.
+    fn fresh_chunk(&self, q: &mut StripeQueue, need: usize) -> Option<Chunk> {
         if need <= self.chunk_bytes {
             if let Some(spare) = q.spares.pop() {
                 return Some(spare);
             }
         }
         let capacity = if need <= self.chunk_bytes { self.chunk_bytes } else { page_multiple(need) };
-        if q.held + capacity > self.slot_cap {
+        if q.held + capacity > self.stripe_cap {
             return None;
         }
         let chunk = Chunk::map(capacity).ok()?;
@@ -641,7 +645,7 @@ struct Writer {
     next_seq: u64,
     /// one compressed frame, before it is copied to its exact size
     frame_out: Vec<u8>,
-    /// chunks taken from each slot since the last trim (how many spares it needs)
+    /// chunks taken from each stripe since the last trim (how many spares it needs)
     taken: Vec<usize>,
     last_take_all: Instant,
     last_trim: Instant,
@@ -669,7 +673,7 @@ impl Writer {
             open: [None, None],
             next_seq,
             frame_out: Vec::new(),
-            taken: vec![0; s.slots.len()],
+            taken: vec![0; s.stripes.len()],
             last_take_all: Instant::now(),
             last_trim: Instant::now(),
             was_busy: false,
@@ -730,13 +734,13 @@ impl Writer {
         }
     }
 
-    /// Takes the slots' closed chunks (`all`: and those being filled) and writes them: one
-    /// frame per chunk, one write per stream. Then hands each chunk back to its slot.
+    /// Takes the stripes' closed chunks (`all`: and those being filled) and writes them: one
+    /// frame per chunk, one write per stream. Then hands each chunk back to its stripe.
     fn write_queued(&mut self, all: bool) {
         let s = self.s.clone();
         let mut taken: Vec<(usize, Arc<Chunk>)> = Vec::new();
-        for (at, slot) in s.slots.iter().enumerate() {
-            let mut q = slot.queue.lock();
+        for (at, stripe) in s.stripes.iter().enumerate() {
+            let mut q = stripe.queue.lock();
             q.signalled = false;
             let before = taken.len();
             taken.extend(q.ready.drain(..).map(|c| (at, Arc::new(c))));
@@ -747,9 +751,9 @@ impl Writer {
                 continue;
             }
             q.queued = q.open.iter().flatten().map(|c| c.len).sum();
-            slot.queued.store(q.queued as u64, Relaxed);
+            stripe.queued.store(q.queued as u64, Relaxed);
             self.taken[at] += taken.len() - before;
-            // into the in-flight list before the slot lets go of them: a lookup always finds them
+            // into the in-flight list before the stripe lets go of them: a lookup always finds them
             s.in_flight.lock().extend(taken[before..].iter().map(|(_, c)| c.clone()));
         }
         if taken.is_empty() {
@@ -763,8 +767,8 @@ impl Writer {
         }
         s.in_flight.lock().clear();
         for (at, chunk) in taken {
-            let slot = &s.slots[at];
-            let mut q = slot.queue.lock();
+            let stripe = &s.stripes[at];
+            let mut q = stripe.queue.lock();
             match Arc::try_unwrap(chunk) {
                 Ok(mut chunk) if chunk.capacity() == s.chunk_bytes => {
                     chunk.clear();
@@ -774,23 +778,23 @@ impl Writer {
                 Ok(chunk) => q.held -= chunk.capacity(),
                 Err(chunk) => q.held -= chunk.capacity(),
             }
-            slot.held.store(q.held as u64, Relaxed);
+            stripe.held.store(q.held as u64, Relaxed);
         }
     }
 
-    /// Once a second: unmaps the spares each slot did not need since the last trim (an idle
-    /// slot keeps none), and asks the allocator to return what was freed; all of it when the
+    /// Once a second: unmaps the spares each stripe did not need since the last trim (an idle
+    /// stripe keeps none), and asks the allocator to return what was freed; all of it when the
     /// recorder has just gone idle.
     fn trim(&mut self) {
         self.last_trim = Instant::now();
         let busy = self.taken.iter().any(|&n| n > 0);
-        for (slot, taken) in self.s.slots.iter().zip(self.taken.iter_mut()) {
-            let mut q = slot.queue.lock();
+        for (stripe, taken) in self.s.stripes.iter().zip(self.taken.iter_mut()) {
+            let mut q = stripe.queue.lock();
             let keep = std::mem::take(taken);
             if q.spares.len() > keep {
                 let surplus: Vec<Chunk> = q.spares.drain(keep..).collect();
                 q.held -= surplus.iter().map(Chunk::capacity).sum::<usize>();
-                slot.held.store(q.held as u64, Relaxed);
+                stripe.held.store(q.held as u64, Relaxed);
                 drop(q);
                 drop(surplus);
             }

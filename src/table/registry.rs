@@ -41,7 +41,7 @@ pub const KEPT_VERSIONS: usize = 3;
 
 /// One table name: what serves now, what served before, and the latest failure.
 #[derive(Debug, Clone)]
-pub struct Slot {
+pub struct Entry {
     /// the version being served (None when the file never loaded), with the kill switches in force
     pub current: Option<Arc<Table>>,
     /// earlier good versions, newest last
@@ -65,9 +65,9 @@ pub struct Slot {
     pub switches_without_rule: Vec<String>,
 }
 
-impl Slot {
-    fn new(files: &[PathBuf]) -> Slot {
-        Slot {
+impl Entry {
+    fn new(files: &[PathBuf]) -> Entry {
+        Entry {
             current: None,
             previous: Vec::new(),
             error: None,
@@ -94,18 +94,18 @@ impl Slot {
 #[derive(Debug, Default, Clone)]
 pub struct Tables {
     /// by name
-    pub slots: BTreeMap<String, Slot>,
+    pub entries: BTreeMap<String, Entry>,
 }
 
 impl Tables {
     /// The table serving `name` now.
-    pub fn get(&self, name: &str) -> Option<&Slot> {
-        self.slots.get(name)
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        self.entries.get(name)
     }
 
     /// Names whose latest file failed to load, with the message.
     pub fn errors(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.slots.iter().filter_map(|(n, s)| s.error.as_deref().map(|e| (n.as_str(), e)))
+        self.entries.iter().filter_map(|(n, s)| s.error.as_deref().map(|e| (n.as_str(), e)))
     }
 }
 

@@ -19,7 +19,7 @@ use crossbeam::channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::state::{sha256_hex, Pin, State, Store};
 use super::{
-    pick, Outcome, Reloaded, RollbackError, RolledBack, Slot, Sources, SwitchError, Switched, Tables, KEPT_VERSIONS,
+    pick, Entry, Outcome, Reloaded, RollbackError, RolledBack, Sources, SwitchError, Switched, Tables, KEPT_VERSIONS,
 };
 use crate::table::{version_of, Engine, Table};
 
@@ -182,18 +182,18 @@ impl Writer {
         let mut next = Tables::default();
         for (name, paths) in &files {
             let force = forced == Some(name.as_str());
-            let (mut slot, outcome) = self.load_slot(name, paths, old.slots.get(name), force, &mut report);
+            let (mut entry, outcome) = self.load_entry(name, paths, old.entries.get(name), force, &mut report);
             if matches!(outcome, Outcome::Failed { .. }) {
-                slot.load_failures += 1;
+                entry.load_failures += 1;
             }
-            self.apply_switches(name, &mut slot);
-            if !slot.switches_without_rule.is_empty() {
-                report.switches_without_rule.push((name.clone(), slot.switches_without_rule.clone()));
+            self.apply_switches(name, &mut entry);
+            if !entry.switches_without_rule.is_empty() {
+                report.switches_without_rule.push((name.clone(), entry.switches_without_rule.clone()));
             }
             report.outcomes.push((name.clone(), outcome));
-            next.slots.insert(name.clone(), slot);
+            next.entries.insert(name.clone(), entry);
         }
-        for name in old.slots.keys().filter(|n| !files.contains_key(*n)) {
+        for name in old.entries.keys().filter(|n| !files.contains_key(*n)) {
             report.outcomes.push((name.clone(), Outcome::Removed));
             if let Some(pin) = self.state.pins.remove(name) {
                 log::info!("table {name}: its file is gone; the rollback pin to {} ends", pin.version);
@@ -207,45 +207,45 @@ impl Writer {
         report
     }
 
-    fn load_slot(
+    fn load_entry(
         &mut self,
         name: &str,
         paths: &[PathBuf],
-        prior: Option<&Slot>,
+        prior: Option<&Entry>,
         force: bool,
         report: &mut Reloaded,
-    ) -> (Slot, Outcome) {
-        let mut slot = prior.cloned().unwrap_or_else(|| Slot::new(paths));
-        slot.files = paths.to_vec();
+    ) -> (Entry, Outcome) {
+        let mut entry = prior.cloned().unwrap_or_else(|| Entry::new(paths));
+        entry.files = paths.to_vec();
         // A good load after this clears the error: the outcome says the table recovered.
-        let had_error = slot.error.is_some();
-        let serving = slot.current.as_ref().map(|t| t.version.clone());
+        let had_error = entry.error.is_some();
+        let serving = entry.current.as_ref().map(|t| t.version.clone());
         let (path, bytes) = match pick(name, paths) {
             Ok(chosen) => chosen,
             Err(error) => {
                 // An unreadable file holds no new content: a pin stays.
-                slot.error = Some(error.clone());
-                return (slot, Outcome::Failed { error, serving });
+                entry.error = Some(error.clone());
+                return (entry, Outcome::Failed { error, serving });
             }
         };
         let digest = sha256_hex(&bytes);
         let version = version_of(&bytes);
-        slot.file_sha256 = Some(digest.clone());
+        entry.file_sha256 = Some(digest.clone());
         if let Some(pin) = self.state.pins.get(name).cloned() {
             if pin.file_sha256 == digest {
-                match self.pinned_table(&pin, slot.current.as_ref().filter(|_| !force)) {
+                match self.pinned_table(&pin, entry.current.as_ref().filter(|_| !force)) {
                     Ok(table) => {
-                        if !slot.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &table)) {
+                        if !entry.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &table)) {
                             log::info!(
                                 "table {name}: serving version {}, which a rollback pinned it to at {}; its file holds \
                                  {version}",
                                 pin.version,
                                 pin.since
                             );
-                            slot.serve(table);
+                            entry.serve(table);
                         }
-                        slot.pin = Some(pin.clone());
-                        return (slot, Outcome::Pinned { version: pin.version, file_version: version });
+                        entry.pin = Some(pin.clone());
+                        return (entry, Outcome::Pinned { version: pin.version, file_version: version });
                     }
                     Err(e) => log::error!(
                         "table {name}: cannot serve version {}, which a rollback pinned it to: {e}; the pin ends and \
@@ -261,32 +261,32 @@ impl Writer {
             }
             self.state.pins.remove(name);
             report.unpinned.push((name.to_string(), pin.version));
-            slot.pin = None;
+            entry.pin = None;
         }
-        if let Some(current) = slot.current.as_ref().filter(|_| !force) {
+        if let Some(current) = entry.current.as_ref().filter(|_| !force) {
             if current.version == version && current.path == path {
-                slot.error = None;
-                return (slot, Outcome::Unchanged { version, recovered: had_error });
+                entry.error = None;
+                return (entry, Outcome::Unchanged { version, recovered: had_error });
             }
         }
         match Table::from_bytes(&path, &bytes, &self.sources.limits) {
             Ok(mut table) => {
                 table.packed_source = pack(&bytes);
                 let table = self.promoted(table);
-                if let Some(old) = slot.current.take() {
-                    slot.previous.push(old);
-                    if slot.previous.len() > KEPT_VERSIONS {
-                        slot.previous.remove(0);
+                if let Some(old) = entry.current.take() {
+                    entry.previous.push(old);
+                    if entry.previous.len() > KEPT_VERSIONS {
+                        entry.previous.remove(0);
                     }
                 }
-                slot.serve(Arc::new(table));
-                slot.error = None;
-                (slot, Outcome::Loaded { version, recovered: had_error })
+                entry.serve(Arc::new(table));
+                entry.error = None;
+                (entry, Outcome::Loaded { version, recovered: had_error })
             }
             Err(e) => {
                 let error = e.to_string();
-                slot.error = Some(e.summary());
-                (slot, Outcome::Failed { error, serving })
+                entry.error = Some(e.summary());
+                (entry, Outcome::Failed { error, serving })
             }
         }
     }
@@ -315,30 +315,30 @@ impl Writer {
     // -----------------------------------------------------------------------------------------
     // kill switches
 
-    /// Serves `slot`'s table with the kill switches saved for `name`, and notes the switches
+    /// Serves `entry`'s table with the kill switches saved for `name`, and notes the switches
     /// for rules it does not have (logged when that set changes: a reload removed a rule).
-    fn apply_switches(&self, name: &str, slot: &mut Slot) {
+    fn apply_switches(&self, name: &str, entry: &mut Entry) {
         let none = BTreeSet::new();
         let ids = self.state.switches.get(name).unwrap_or(&none);
-        let Some(current) = &slot.current else { return };
+        let Some(current) = &entry.current else { return };
         let (table, missing) = with_switches(current, ids);
         if !Arc::ptr_eq(&table, current) {
-            slot.serve(table);
+            entry.serve(table);
         }
-        if missing != slot.switches_without_rule && !missing.is_empty() {
+        if missing != entry.switches_without_rule && !missing.is_empty() {
             log::warn!(
                 "table {name}: kill switches for rules it does not have: {}; they are kept (in force should the \
                  rules come back); PUT /tables/{name}/rules/ID/enabled true removes one",
                 missing.join(", ")
             );
         }
-        slot.switches_without_rule = missing;
+        entry.switches_without_rule = missing;
     }
 
     fn set_enabled(&mut self, name: &str, rule: &str, enabled: bool) -> Result<Switched, SwitchError> {
         let old = self.published.load_full();
-        let slot = old.slots.get(name).ok_or(SwitchError::UnknownTable)?;
-        let current = slot.current.as_ref().ok_or(SwitchError::Unavailable)?;
+        let entry = old.entries.get(name).ok_or(SwitchError::UnknownTable)?;
+        let current = entry.current.as_ref().ok_or(SwitchError::Unavailable)?;
         if let Engine::Flash(_) = &*current.engine {
             return Err(SwitchError::NoRules);
         }
@@ -354,7 +354,7 @@ impl Writer {
         }
         let changed = had == enabled;
         let mut persist_error = None;
-        let mut slot = slot.clone();
+        let mut entry = entry.clone();
         if changed {
             if enabled {
                 if let Some(ids) = self.state.switches.get_mut(name) {
@@ -366,14 +366,14 @@ impl Writer {
             } else {
                 self.state.switches.entry(name.to_string()).or_default().insert(rule.to_string());
             }
-            self.apply_switches(name, &mut slot);
+            self.apply_switches(name, &mut entry);
             let mut next = Tables::clone(&old);
-            next.slots.insert(name.to_string(), slot.clone());
+            next.entries.insert(name.to_string(), entry.clone());
             self.publish(next);
             persist_error = self.persist();
             log::info!("table {name}: rule {rule} switched {} (kill switch)", if enabled { "on" } else { "off" });
         }
-        let serving = slot.current.as_ref().unwrap_or(current);
+        let serving = entry.current.as_ref().unwrap_or(current);
         Ok(Switched {
             enabled: index.is_some_and(|i| serving.outcome_enabled(i)),
             disabled_in_file,
@@ -388,14 +388,14 @@ impl Writer {
 
     fn rollback(&mut self, name: &str) -> Result<RolledBack, RollbackError> {
         let old = self.published.load_full();
-        let mut slot = old.slots.get(name).ok_or(RollbackError::UnknownTable)?.clone();
-        let previous = slot.previous.pop().ok_or(RollbackError::NoPreviousVersion)?;
+        let mut entry = old.entries.get(name).ok_or(RollbackError::UnknownTable)?.clone();
+        let previous = entry.previous.pop().ok_or(RollbackError::NoPreviousVersion)?;
         let mut pin = Pin {
             version: previous.version.clone(),
             path: previous.path.clone(),
             // what the file held at the last reload: a file whose bytes were never read has
             // no content to keep, and any it gets ends the pin
-            file_sha256: slot.file_sha256.clone().unwrap_or_default(),
+            file_sha256: entry.file_sha256.clone().unwrap_or_default(),
             source: String::new(),
             since: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
         };
@@ -414,13 +414,13 @@ impl Writer {
                 }
             }
         }
-        slot.serve(previous);
-        slot.pin = Some(pin.clone());
+        entry.serve(previous);
+        entry.pin = Some(pin.clone());
         self.state.pins.insert(name.to_string(), pin);
-        self.apply_switches(name, &mut slot);
-        let table = slot.current.clone().ok_or(RollbackError::NoPreviousVersion)?;
+        self.apply_switches(name, &mut entry);
+        let table = entry.current.clone().ok_or(RollbackError::NoPreviousVersion)?;
         let mut next = Tables::clone(&old);
-        next.slots.insert(name.to_string(), slot);
+        next.entries.insert(name.to_string(), entry);
         self.publish(next);
         let saved = self.persist();
         let persist_error = persist_error.or(saved);
