@@ -9,7 +9,11 @@
 //! Forwards reuse keep-alive connections from a small per-worker-thread pool keyed by instance.
 //! A connection is taken out of the thread-local pool before any I/O and put back afterwards
 //! (into the pool of whichever thread the coroutine then runs on), so no borrow of per-thread
-//! state is held across a yield. A pooled connection the peer closed while idle fails before
+//! state is held across a yield. Coroutines tend to resume on one worker more than the other,
+//! so connections pile up in one thread's pool while the other's runs dry: what a full pool
+//! cannot keep goes to a small pool that all threads share ([`SPARE`], behind a lock taken only
+//! when a thread's own pool has none or no room), instead of being closed while another thread
+//! opens a new one (one forward in a hundred did, under load from two workers). A pooled connection the peer closed while idle fails before
 //! any byte of an answer arrives; the request is then sent once more on a fresh connection.
 //!
 //! Connections are opened with a non-blocking `connect` of our own and boxed, and a connection
@@ -39,6 +43,11 @@ const READ_CHUNK: usize = 4096;
 const IDLE_PER_INSTANCE: usize = 64;
 /// Idle connections kept per worker thread in all.
 const IDLE_PER_THREAD: usize = 256;
+/// Idle connections kept in the pool shared by all threads.
+const IDLE_SHARED: usize = 256;
+
+/// Idle connections a thread's own pool had no room for: (pool key, address, connection).
+static SPARE: parking_lot::Mutex<Vec<(u64, SocketAddr, Stream)>> = parking_lot::Mutex::new(Vec::new());
 
 /// One answer from a peer.
 #[derive(Debug, Clone, PartialEq)]
@@ -345,13 +354,18 @@ thread_local! {
 // another thread) between calls, and an inlined access could reuse the thread-local address
 // computed before the yield, on the wrong thread.
 
-/// An idle connection for `key` to `addr` from this thread's pool.
+/// An idle connection for `key` to `addr` from this thread's pool, else from the shared one.
 #[inline(never)]
 fn take(key: u64, addr: SocketAddr) -> Option<Stream> {
-    POOL.with(|pool| {
+    let own = POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
         let at = pool.iter().rposition(|(k, a, _)| *k == key && *a == addr)?;
         Some(pool.swap_remove(at).2)
+    });
+    own.or_else(|| {
+        let mut spare = SPARE.lock();
+        let at = spare.iter().rposition(|(k, a, _)| *k == key && *a == addr)?;
+        Some(spare.swap_remove(at).2)
     })
 }
 
@@ -369,7 +383,21 @@ fn keep_or_retire(key: u64, addr: SocketAddr, stream: Stream, keep_alive: bool) 
             Some(stream)
         }
     });
-    if let Some(stream) = refused {
+    let Some(stream) = refused else { return };
+    if !keep_alive {
+        return retire(stream);
+    }
+    let unkept = {
+        let mut spare = SPARE.lock();
+        if spare.len() < IDLE_SHARED {
+            spare.push((key, addr, stream));
+            None
+        } else {
+            Some(stream)
+        }
+    };
+    // retired outside the lock: dropping old connections deregisters them from the event loop
+    if let Some(stream) = unkept {
         retire(stream);
     }
 }

@@ -170,7 +170,7 @@ where
     loop {
         let pause = conn.answer(handler, observer);
         if !conn.out.is_empty() {
-            if let Err(e) = stream.write_all(&conn.out) {
+            if let Err(e) = write_all(stream, &conn.out) {
                 if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) {
                     observer.write_timed_out();
                 }
@@ -350,11 +350,34 @@ impl Conn<'_> {
                         self.release_all();
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if spurious(&e) => {}
                 Err(_) => return false,
             }
         }
     }
+}
+
+/// Whether a failed read or write of a client connection is to be tried again: interrupted,
+/// or `EINPROGRESS`, which no accepted socket can have. may takes the error of an operation
+/// from the thread's `errno` after the coroutine was woken, and another coroutine on that
+/// thread may have set it in between: a forward's non-blocking connect leaves `EINPROGRESS`
+/// there (seen under load on a forwarding router: a client connection closed under a request,
+/// about one in a million).
+fn spurious(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Interrupted || e.raw_os_error() == Some(nix::libc::EINPROGRESS)
+}
+
+/// `Write::write_all`, trying [`spurious`] failures again.
+fn write_all<S: Write>(stream: &mut S, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = bytes.get(n..).unwrap_or_default(),
+            Err(e) if spurious(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl Conn<'_> {
@@ -367,7 +390,7 @@ impl Conn<'_> {
         let mut out = Vec::new();
         self.rsp.encode(&mut out);
         observer.responded(408);
-        let _ = stream.write_all(&out);
+        let _ = write_all(stream, &out);
     }
 
     /// After a wait that timed out: whether answers already written are still being read.
