@@ -32,6 +32,11 @@ impl<'a> Ctx<'a> {
         Ctx { program, slots, memos, groups, arena }
     }
 
+    /// The input slots, once the decision is done with them.
+    pub(crate) fn into_slots(self) -> Vec<SlotValue<'a>> {
+        self.slots
+    }
+
     /// The value of memo `id`, computed on first use.
     #[inline(never)]
     pub(crate) fn memo(&mut self, id: u32) -> EvalResult<'a> {

@@ -17,6 +17,13 @@ use super::value::Value;
 /// (e.g. `x.y` where `x` is a number).
 pub type SlotValue<'a> = Result<Value<'a>, EvalError>;
 
+/// `slots` emptied, as a vector that borrows nothing: the same allocation (an emptied vector
+/// collected in place into elements of the same layout keeps it) for the next decision's slots.
+pub(crate) fn recycle(mut slots: Vec<SlotValue<'_>>) -> Vec<SlotValue<'static>> {
+    slots.clear();
+    slots.into_iter().filter_map(|_| None).collect()
+}
+
 /// The compiled conditions of one table, sharing slots, memos and pattern groups.
 #[derive(Debug, Default)]
 pub struct Program {

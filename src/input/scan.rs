@@ -24,7 +24,7 @@ use simd_json::{Node, StaticNode};
 
 use crate::expr::ir::PathSeg;
 use crate::expr::ops::EvalError;
-use crate::expr::program::{descend, Program, SlotValue};
+use crate::expr::program::{descend, recycle, Program, SlotValue};
 use crate::expr::value::same_bytes;
 use crate::expr::{Type, Value};
 
@@ -170,6 +170,8 @@ struct Scratch {
     offsets: Vec<u32>,
     /// open containers while a value is laid out: (tape index, values so far)
     open: Vec<(usize, usize)>,
+    /// the slot vector of the last decision, empty: its allocation is the next one's
+    slots: Vec<SlotValue<'static>>,
 }
 
 thread_local! {
@@ -182,7 +184,7 @@ pub(crate) fn with_scanned<R>(
     bytes: &[u8],
     plan: &ReadPlan,
     max_depth: usize,
-    f: impl FnOnce(Vec<SlotValue<'_>>) -> R,
+    f: impl FnOnce(&mut Vec<SlotValue<'_>>) -> R,
 ) -> Option<R> {
     if max_depth >= SIMD_MAX_DEPTH {
         return None;
@@ -198,7 +200,7 @@ fn scan_into<R>(
     bytes: &[u8],
     plan: &ReadPlan,
     max_depth: usize,
-    f: impl FnOnce(Vec<SlotValue<'_>>) -> R,
+    f: impl FnOnce(&mut Vec<SlotValue<'_>>) -> R,
 ) -> Option<R> {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let text = simdutf8::basic::from_utf8(bytes).ok()?;
@@ -213,6 +215,7 @@ fn scan_into<R>(
     scratch.buf.clear();
     let mut s = Scanner { b: bytes, t: text, pos: 0, plan, max_depth, sc: scratch };
     s.document().ok()?;
+    let mut slots = std::mem::take(&mut scratch.slots);
     let Scratch { raw, tape, buf, .. } = &*scratch;
     let text_of = |r: StrRef| -> &str {
         match r {
@@ -229,23 +232,23 @@ fn scan_into<R>(
             RawNode::Object { len, count } => Node::Object { len, count },
         })
         .collect();
-    let mut slots: Vec<SlotValue<'_>> = raw
-        .iter()
-        .map(|r| match *r {
-            Raw::Nil => Ok(Value::Nil),
-            Raw::Static(v) => Ok(scalar(v)),
-            Raw::Str(r) => Ok(Value::Str(text_of(r))),
-            Raw::Tape(a, b) => Ok(Value::from_tape(nodes.get(a as usize..b as usize).unwrap_or(&[]))),
-            Raw::Err(e) => Err(e),
-        })
-        .collect();
+    slots.clear();
+    slots.extend(raw.iter().map(|r| match *r {
+        Raw::Nil => Ok(Value::Nil),
+        Raw::Static(v) => Ok(scalar(v)),
+        Raw::Str(r) => Ok(Value::Str(text_of(r))),
+        Raw::Tape(a, b) => Ok(Value::from_tape(nodes.get(a as usize..b as usize).unwrap_or(&[]))),
+        Raw::Err(e) => Err(e),
+    }));
     for (slot, ancestor, path) in &plan.derived {
         let v = slots.get(*ancestor as usize).copied().unwrap_or(Ok(Value::Nil)).and_then(|v| descend(v, path));
         if let Some(s) = slots.get_mut(*slot as usize) {
             *s = v;
         }
     }
-    Some(f(slots))
+    let answer = f(&mut slots);
+    scratch.slots = recycle(slots);
+    Some(answer)
 }
 
 /// A scalar as [`Value::from_tape`] reads it.
@@ -872,14 +875,19 @@ impl<'s> Scanner<'s> {
         }
         let int_digits = i - digits_start;
         let mut float = false;
+        // every digit, as one integer (exact while there are at most 15 of them)
+        let mut mantissa = value;
+        let mut fraction_digits = 0;
         if b.get(i) == Some(&b'.') {
             float = true;
             i += 1;
             let f = i;
-            while b.get(i).is_some_and(u8::is_ascii_digit) {
+            while let Some(&d) = b.get(i).filter(|d| d.is_ascii_digit()) {
+                mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
                 i += 1;
             }
-            if i == f {
+            fraction_digits = i - f;
+            if fraction_digits == 0 {
                 return Err(GiveUp);
             }
         }
@@ -906,14 +914,19 @@ impl<'s> Scanner<'s> {
             return Err(GiveUp);
         }
         Ok(if float {
-            Number::Other(start as u32, i as u32)
+            let exact = !exponent && int_digits + fraction_digits <= MAX_EXACT_DIGITS;
+            Number::Other(
+                start as u32,
+                i as u32,
+                exact.then(|| short_decimal(mantissa, fraction_digits, negative)).flatten(),
+            )
         } else if int_digits <= 18 {
             // exact: at most 18 digits fit, with the sign, in an i64
             Number::Int(if negative { -(value as i64) } else { value as i64 })
         } else {
             match self.text(start, i)?.parse::<i64>() {
                 Ok(v) => Number::Int(v),
-                Err(_) => Number::Other(start as u32, i as u32),
+                Err(_) => Number::Other(start as u32, i as u32, None),
             }
         })
     }
@@ -928,12 +941,9 @@ impl<'s> Scanner<'s> {
         match self.number()? {
             Number::Int(v) => Ok(StaticNode::I64(v)),
             // floats, and integers beyond 64 bits (read as the nearest float, as simd-json does)
-            Number::Other(a, b) => {
-                let text = self.text(a as usize, b as usize)?;
-                if let Some(f) = short_decimal(text.as_bytes()) {
-                    return Ok(StaticNode::F64(f));
-                }
-                let f: f64 = text.parse().map_err(|_| GiveUp)?;
+            Number::Other(_, _, Some(f)) => Ok(StaticNode::F64(f)),
+            Number::Other(a, b, None) => {
+                let f: f64 = self.text(a as usize, b as usize)?.parse().map_err(|_| GiveUp)?;
                 if f.is_finite() {
                     Ok(StaticNode::F64(f))
                 } else {
@@ -948,47 +958,25 @@ impl<'s> Scanner<'s> {
 const EXACT_POWERS_OF_TEN: [f64; 16] =
     [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
 
-/// A decimal without an exponent and of at most 15 digits (`1200.5`, `-0.42`), as the nearest
-/// float: its digits and the power of ten dividing them are exact floats, so one division is
-/// correctly rounded (Clinger's fast path), as a full parse is. `None` for anything else.
-fn short_decimal(text: &[u8]) -> Option<f64> {
-    let (negative, digits) = match text.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, text),
-    };
-    let mut mantissa: u64 = 0;
-    let mut count = 0;
-    let mut fraction: Option<usize> = None;
-    for &c in digits {
-        match c {
-            b'0'..=b'9' => {
-                mantissa = mantissa * 10 + u64::from(c - b'0');
-                count += 1;
-                if let Some(f) = fraction.as_mut() {
-                    *f += 1;
-                }
-                if count > 15 {
-                    return None;
-                }
-            }
-            b'.' if fraction.is_none() => fraction = Some(0),
-            _ => return None,
-        }
-    }
-    let fraction = fraction.unwrap_or(0);
-    // digits on both sides of a point (the scan has checked the JSON grammar; this holds anyway)
-    if count == fraction || digits.last() == Some(&b'.') {
-        return None;
-    }
-    let value = mantissa as f64 / EXACT_POWERS_OF_TEN.get(fraction)?;
+/// The most digits a decimal may have for [`short_decimal`]: below 2^53, every integer of 15
+/// digits is an exact float.
+const MAX_EXACT_DIGITS: usize = 15;
+
+/// A decimal without an exponent and of at most [`MAX_EXACT_DIGITS`] digits (`1200.5`, `-0.42`),
+/// given as its digits read as one integer and how many of them follow the point, as the
+/// nearest float: the integer and the power of ten dividing it are exact floats, so one division
+/// is correctly rounded (Clinger's fast path), as a full parse is.
+fn short_decimal(mantissa: u64, fraction_digits: usize, negative: bool) -> Option<f64> {
+    let value = mantissa as f64 / EXACT_POWERS_OF_TEN.get(fraction_digits)?;
     Some(if negative { -value } else { value })
 }
 
-/// A number as the scan sees it: an int that fits 64 bits, or the text of anything else.
+/// A number as the scan sees it: an int that fits 64 bits, or the text of anything else (with
+/// its value when it is a short decimal).
 #[derive(Clone, Copy)]
 enum Number {
     Int(i64),
-    Other(u32, u32),
+    Other(u32, u32, Option<f64>),
 }
 
 /// Checks the escapes of a string's content (between its quotes).
@@ -1096,11 +1084,11 @@ mod tests {
     /// The read slots, by the scan and by the full parse.
     fn both(p: &Program, body: &str) -> (Option<Vec<String>>, Option<Vec<String>>) {
         let plan = ReadPlan::new(p).unwrap();
-        let read = |slots: Vec<SlotValue<'_>>| -> Vec<String> {
+        let read = |slots: &[SlotValue<'_>]| -> Vec<String> {
             slots.iter().enumerate().filter(|(i, _)| p.read[*i]).map(|(_, v)| show(v)).collect()
         };
-        let scanned = with_scanned(body.as_bytes(), &plan, 128, read);
-        let full = crate::input::with_parsed(body.as_bytes(), 128, |root| read(p.fill_slots(&root))).ok();
+        let scanned = with_scanned(body.as_bytes(), &plan, 128, |slots| read(slots));
+        let full = crate::input::with_parsed(body.as_bytes(), 128, |root| read(&p.fill_slots(&root))).ok();
         (scanned, full)
     }
 
@@ -1203,13 +1191,25 @@ mod tests {
             let point = (x >> 50) as usize % (digits.len() + 1);
             texts.push(format!("{}.{}", &digits[..point], &digits[point..]).trim_start_matches('.').to_string());
         }
+        let p = program(CONDITIONS);
         for t in &texts {
-            let full = t.parse::<f64>().ok();
-            if let Some(fast) = short_decimal(t.as_bytes()) {
-                assert_eq!(Some(fast.to_bits()), full.map(f64::to_bits), "{t}");
+            let (scanned, full) = both(&p, &format!("{{\"a\": {t}}}"));
+            if scanned.is_some() {
+                assert_eq!(scanned, full, "{t}");
+            }
+            for negative in [false, true] {
+                let Some(fast) = t.strip_prefix('-').map_or(Some(t.as_str()), |_| None).and_then(|t| {
+                    let (int, fraction) = t.split_once('.')?;
+                    let digits = format!("{int}{fraction}");
+                    let exact = !int.is_empty() && !fraction.is_empty() && digits.len() <= MAX_EXACT_DIGITS;
+                    short_decimal(digits.parse().ok().filter(|_| exact)?, fraction.len(), negative)
+                }) else {
+                    continue;
+                };
+                let want = format!("{}{t}", if negative { "-" } else { "" }).parse::<f64>().map(f64::to_bits);
+                assert_eq!(Ok(fast.to_bits()), want, "{t}");
             }
         }
-        assert!(short_decimal(b"1200.5").is_some() && short_decimal(b"1.5e3").is_none());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::expr::eval::{self, Ctx};
 use crate::expr::ir::{Node, PathSeg};
 use crate::expr::json::write_json_string;
 use crate::expr::ops::{self, EvalError};
-use crate::expr::program::SlotValue;
+use crate::expr::program::{recycle, SlotValue};
 use crate::expr::value::{Const, Value};
 use crate::expr::{reference, ExprError, Program, Schema};
 use crate::input::scan::{self, ReadPlan};
@@ -383,8 +383,8 @@ impl RuleEngine {
         if let (false, Some(plan), Ok(decision)) = (explain, &self.plan, &mut out) {
             scan::with_scanned(body, plan, max_depth, |slots| {
                 // a schema mismatch is answered by the full path, which names the field
-                if self.schema.passes(&slots) {
-                    self.evaluate(slots, &Value::Nil, false, enabled, decision);
+                if self.schema.passes(slots) {
+                    *slots = self.evaluate(std::mem::take(slots), &Value::Nil, false, enabled, decision);
                     decided = true;
                 }
             });
@@ -410,7 +410,7 @@ impl RuleEngine {
     }
 
     /// The first enabled rule whose condition holds on `slots` (read from `root`), into
-    /// `decision` (a fresh one).
+    /// `decision` (a fresh one). Gives the slots' vector back, emptied, for its allocation.
     fn evaluate<'a>(
         &'a self,
         slots: Vec<SlotValue<'a>>,
@@ -418,7 +418,7 @@ impl RuleEngine {
         explain: bool,
         enabled: &[u64],
         decision: &mut Decision,
-    ) {
+    ) -> Vec<SlotValue<'static>> {
         let arena = Bump::new();
         let mut cx = Ctx::with_slots(&self.program, &arena, slots);
         if explain {
@@ -438,6 +438,7 @@ impl RuleEngine {
         if explain {
             decision.skipped = enabled_before(enabled, self.rules.len(), decision.rule) - decision.evaluated;
         }
+        recycle(cx.into_slots())
     }
 
     /// The same decision by the reference evaluator: the schema walked path by
