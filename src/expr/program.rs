@@ -21,7 +21,7 @@ pub type SlotValue<'a> = Result<Value<'a>, EvalError>;
 /// collected in place into elements of the same layout keeps it) for the next decision's slots.
 pub(crate) fn recycle(mut slots: Vec<SlotValue<'_>>) -> Vec<SlotValue<'static>> {
     slots.clear();
-    slots.into_iter().filter_map(|_| None).collect()
+    slots.into_iter().map(|_| Ok(Value::Nil)).collect()
 }
 
 /// The compiled conditions of one table, sharing slots, memos and pattern groups.
