@@ -177,14 +177,14 @@ pub fn decide_staged<'t>(
     out: &mut String,
 ) -> Decided<'t> {
     let (entry, table) = stages.canary_for(tables, &table.name, body).unwrap_or((entry, table));
-    // tuning: a share of the table's decisions is made by a variant of it (SPEC §9)
-    let tuned = stages.tuner.as_ref().and_then(|t| Some((t, t.live(&table.name)?)));
-    let arm = tuned.as_ref().and_then(|(tuner, guard)| {
-        let live = guard.as_ref().filter(|l| Arc::ptr_eq(&l.baseline, table))?;
-        Some((*tuner, live, tuner.choose(live)))
-    });
-    let decider: &Table = arm.map_or(&**table, |(_, live, choice)| live.table(choice));
+    // tuning: a share of the table's decisions is made by a variant of it (SPEC §9); a tuned
+    // decision always gets an id, which says which arm decided (for /feedback), and whose
+    // random bits are the traffic coin
+    let tuned = stages.tuner.as_ref().and_then(|t| Some((t, t.baseline_of(table)?)));
     let timestamp = SystemTime::now();
+    let untagged = tuned.map(|_| crate::snapshot::next_id_at(timestamp));
+    let drawn = tuned.zip(untagged).map(|((tuner, base), id)| tuner.draw(table, base, id));
+    let decider: &Table = drawn.as_ref().map_or(&**table, |d| d.table(table));
     let started = Instant::now();
     let mut result = decider.decide(body, options.explain);
     let latency_ns = started.elapsed().as_nanos() as u64;
@@ -195,12 +195,10 @@ pub fn decide_staged<'t>(
         return Decided { entry, table, result, latency_ns, snapshot: None };
     };
     let shadow = stages.shadow_for(tables, table, decision, body);
-    // a tuned decision always gets an id, which says which arm decided (for /feedback)
-    let snapshot = (stages.recorder.is_some() || arm.is_some()).then(|| {
-        let id = crate::snapshot::next_id_at(timestamp);
-        arm.map_or(id, |(tuner, live, choice)| tuner.tag(live, choice, id))
-    });
-    let variant = arm.map(|(_, live, choice)| live.arm(choice));
+    let snapshot = match (&drawn, untagged) {
+        (Some(d), Some(id)) => Some(d.tag(id)),
+        _ => stages.recorder.is_some().then(|| crate::snapshot::next_id_at(timestamp)),
+    };
     let mut recorded = stages.recorder.is_some() || snapshot.is_none();
     if let (Some(recorder), Some(id)) = (&stages.recorder, snapshot) {
         let mut event = Event::new(table, decision, body);
@@ -209,15 +207,14 @@ pub fn decide_staged<'t>(
         event.latency_ns = latency_ns;
         event.traceparent = options.traceparent;
         event.shadow = shadow.as_ref().map(|(t, d, agrees)| Shadow { table: t, decision: d, agrees: *agrees });
-        event.variant =
-            variant.filter(|(id, _)| *id != "baseline").map(|(id, params_json)| Variant { id, params_json });
+        event.variant = drawn.as_ref().and_then(|d| d.variant()).map(|(id, params_json)| Variant { id, params_json });
         recorded = recorder.record_as(id, &event) == crate::snapshot::Status::Recorded;
     }
     let meta = ResponseMeta {
         timestamp,
         snapshot_id: snapshot,
         recorded,
-        variant_json: arm.map(|(_, live, choice)| live.arm_id_json(choice)),
+        variant_json: drawn.as_ref().map(|d| d.id_json()),
         instance: options.instance,
     };
     table.write_decision(decision, &meta, out);

@@ -537,7 +537,10 @@ impl RuleEngine {
     fn build_answer(&self, rule: &Rule, slots: &[SlotValue<'_>], decision: &mut Decision) -> Result<(), Problem> {
         let fallback = |out: &mut String| -> Result<(), MissingValue> {
             match (&rule.fallback_template, &rule.fallback_json) {
-                (Some(t), _) => t.render(slots, out),
+                (Some(t), _) => {
+                    out.reserve(t.capacity_hint());
+                    t.render(slots, out)
+                }
                 (None, Some(json)) => {
                     out.push_str(json);
                     Ok(())
@@ -545,7 +548,7 @@ impl RuleEngine {
                 (None, None) => Err(MissingValue { path: "".into() }),
             }
         };
-        let mut action = String::new();
+        let mut action = String::with_capacity(rule.action_template.as_ref().map_or(0, |t| t.capacity_hint()));
         let built = match &rule.action_template {
             Some(t) => t.render(slots, &mut action),
             None => {

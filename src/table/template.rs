@@ -124,6 +124,12 @@ impl Template {
         Ok(())
     }
 
+    /// Room for a rendered action: the fixed text and some for each value, so that rendering
+    /// allocates once instead of growing the string value by value.
+    pub fn capacity_hint(&self) -> usize {
+        self.pieces.iter().map(|p| p.len()).sum::<usize>() + 32 * self.holes.len()
+    }
+
     /// The placeholders' paths, in order.
     pub fn paths(&self) -> impl Iterator<Item = &str> {
         self.holes.iter().map(|h| &*h.path)

@@ -13,9 +13,15 @@
 //! `clef tune export` prints the table with them, to commit.
 //!
 //! **The request path** reads one published [`Live`] per tuned table (an `ArcSwap`, no lock):
-//! the arms' compiled tables and 1,024 pre-drawn Thompson choices. A decision draws one random
-//! number for the traffic share and one for the choice, and its `snapshot_id` carries which
-//! arm decided ([`tag`]), so feedback needs no per-decision record.
+//! the arms' compiled tables and 1,024 pre-drawn Thompson choices. Its `snapshot_id` carries
+//! which arm decided ([`tag`]), so feedback needs no per-decision record. What the baseline's
+//! decisions (1 − `traffic` of them) need — which table version is tuned, the baseline's tag
+//! key, the traffic threshold — is also kept in plain atomics under a sequence lock
+//! ([`Tuner::baseline_of`]): finding a table's tuning is then a few loads, with neither a name
+//! compared nor the `ArcSwap`'s atomic read-modify-writes; only a variant's decision loads
+//! the `Live`. The traffic coin is the 32 random bits of the decision's id, which its tag then
+//! replaces (so the coin stays secret, and no second random number is drawn); a variant's
+//! decision draws one more, for the choice.
 //!
 //! **One thread does the rest** (`clef-tuning`, every 100 ms): it rebuilds a table's arms when
 //! the registry serves a new version of it (and starts its rewards over: a new generation, so
@@ -33,7 +39,7 @@ pub mod tag;
 pub mod variants;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -47,7 +53,7 @@ use crate::table::{overlay, Table};
 use bandit::{ArmStats, ChoiceTable, Posterior, RewardModel};
 pub use config::{RewardSetting, TuningConfig};
 use state::{ArmState, Counted, TableState};
-use tag::{Tag, Tagger};
+use tag::{ArmKey, Tag, Tagger};
 use variants::Arm;
 
 /// How often the tuning thread looks at the tables and the feedback.
@@ -75,7 +81,58 @@ pub struct Tuner {
 struct Tuned {
     name: String,
     live: ArcSwapOption<Live>,
+    /// what the baseline's decisions need of `live`, without loading it
+    fast: Fast,
     report: ArcSwapOption<String>,
+}
+
+/// The table version a [`Live`] tunes, the baseline's tag key and the traffic threshold, as
+/// atomics under a sequence lock: an even `seq` that is the same before and after reading the
+/// rest means the rest was read whole. Only the tuning thread writes (under `write`), and it
+/// writes this before it publishes the `Live` it describes, so that `table` never holds the
+/// address of a table no `Live` keeps alive.
+#[derive(Debug, Default)]
+struct Fast {
+    seq: AtomicU64,
+    /// `Arc::as_ptr` of the tuned table as a number (0: none)
+    table: AtomicUsize,
+    key: [AtomicU64; 4],
+    bits: AtomicU64,
+    threshold: AtomicU64,
+    write: Mutex<()>,
+}
+
+/// What a baseline decision of a tuned table needs: its tag key and the traffic threshold.
+#[derive(Clone, Copy, Debug)]
+pub struct Baseline {
+    slot: usize,
+    key: ArmKey,
+    /// `traffic × 2^64`, 0 when the table has no variants
+    threshold: u64,
+}
+
+/// The arm that makes one tuned decision, drawn by [`Tuner::draw`].
+pub enum Drawn {
+    /// the baseline (the table as served)
+    Baseline(ArmKey),
+    /// a variant, with the arms it is one of
+    Variant {
+        /// the arms, as loaded
+        live: arc_swap::Guard<Option<Arc<Live>>>,
+        /// which
+        choice: Choice,
+        /// its tag key
+        key: ArmKey,
+    },
+}
+
+impl std::fmt::Debug for Drawn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Drawn::Baseline(_) => f.write_str("Baseline"),
+            Drawn::Variant { choice, .. } => write!(f, "Variant({})", choice.arm),
+        }
+    }
 }
 
 /// A tuned table's arms, as decisions use them.
@@ -90,6 +147,8 @@ pub struct Live {
     generation: u32,
     slot: usize,
     choices: ChoiceTable,
+    /// `traffic × 2^64`, 0 without variants
+    threshold: u64,
 }
 
 /// The rewards of every tuned table, and the feedback already counted.
@@ -232,7 +291,12 @@ impl Tuner {
         let tables = config
             .tables
             .iter()
-            .map(|name| Tuned { name: name.clone(), live: ArcSwapOption::empty(), report: ArcSwapOption::empty() })
+            .map(|name| Tuned {
+                name: name.clone(),
+                live: ArcSwapOption::empty(),
+                fast: Fast::default(),
+                report: ArcSwapOption::empty(),
+            })
             .collect();
         let ledger = Ledger { tables: vec![None; config.tables.len()], ..Ledger::default() };
         Ok(Tuner {
@@ -277,7 +341,57 @@ impl Tuner {
     /// `id` tagged with the arm that decided, for `/feedback`.
     #[inline]
     pub fn tag(&self, live: &Live, choice: Choice, id: SnapshotId) -> SnapshotId {
-        self.tagger.tag(id, Tag { slot: live.slot, arm: choice.arm }, live.generation)
+        match live.arms.get(choice.arm) {
+            Some(a) => a.key.tag(id),
+            None => self.tagger.tag(id, Tag { slot: live.slot, arm: choice.arm }, live.generation),
+        }
+    }
+
+    /// What a decision by `table` needs to be tuned, when `table` is the version whose arms
+    /// are built (see [`Fast`]); `None`: the table is not tuned, or not this version of it.
+    #[inline]
+    pub fn baseline_of(&self, table: &Arc<Table>) -> Option<Baseline> {
+        let addr = Arc::as_ptr(table) as usize;
+        let (slot, tuned) =
+            self.tables.iter().enumerate().find(|(_, t)| t.fast.table.load(Ordering::Relaxed) == addr)?;
+        let f = &tuned.fast;
+        let seq = f.seq.load(Ordering::Acquire);
+        let read_table = f.table.load(Ordering::Relaxed);
+        let key = std::array::from_fn(|i| f.key[i].load(Ordering::Relaxed));
+        let bits = f.bits.load(Ordering::Relaxed) as u32;
+        let threshold = f.threshold.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        if seq & 1 == 0 && f.seq.load(Ordering::Relaxed) == seq {
+            return (read_table == addr).then_some(Baseline { slot, key: ArmKey::from_parts(key, bits), threshold });
+        }
+        // being rewritten just now: read the published arms instead
+        let guard = tuned.live.load();
+        let live = guard.as_ref().filter(|l| Arc::ptr_eq(&l.baseline, table))?;
+        Some(Baseline { slot, key: live.arms.first()?.key, threshold: live.threshold })
+    }
+
+    /// The arm for one decision of `table`, whose (untagged) id is `id`: a variant for the
+    /// `traffic` share, by Thompson sampling. The coin is the id's 32 random bits, which the
+    /// tag replaces (see the module doc).
+    #[inline]
+    pub fn draw(&self, table: &Arc<Table>, base: Baseline, id: SnapshotId) -> Drawn {
+        let coin = (id.as_u128() as u64) << 32;
+        if coin >= base.threshold {
+            return Drawn::Baseline(base.key);
+        }
+        self.draw_variant(table, base.slot).unwrap_or(Drawn::Baseline(base.key))
+    }
+
+    /// A variant of `table` by Thompson sampling, unless its arms have changed meanwhile.
+    #[cold]
+    fn draw_variant(&self, table: &Arc<Table>, slot: usize) -> Option<Drawn> {
+        let live = self.tables.get(slot)?.live.load();
+        let (choice, key) = {
+            let l = live.as_ref().filter(|l| Arc::ptr_eq(&l.baseline, table) && !l.variants.is_empty())?;
+            let choice = Choice { arm: 1 + l.choices.pick(random_u64()) };
+            (choice, l.arms.get(choice.arm)?.key)
+        };
+        Some(Drawn::Variant { live, choice, key })
     }
 
     /// Takes `POST /feedback`'s body: `{"snapshot_id": "…", "reward": 1}`. Answers the JSON to
@@ -437,6 +551,7 @@ impl Tuner {
                 "tuning {}: the table declares no tunable parameter (\"tunable\": true with a \"step\"); it is not tuned",
                 tuned.name
             );
+            tuned.fast.publish(None);
             tuned.live.store(None);
             tuned.report.store(None);
             self.ledger.lock().tables[slot] = None;
@@ -504,21 +619,25 @@ impl Tuner {
                 }
             }
         };
-        let arms_json = kept
+        let generation = state.generation;
+        let arms_json: Vec<ArmText> = kept
             .iter()
-            .map(|a| ArmText {
+            .enumerate()
+            .map(|(arm, a)| ArmText {
                 id: a.id.clone(),
                 params_json: serde_json::to_string(&a.params).unwrap_or_default().into_boxed_str(),
                 id_json: crate::expr::json::quote(&a.id).into_boxed_str(),
+                key: self.tagger.arm_key(Tag { slot, arm }, generation),
             })
             .collect();
-        let generation = state.generation;
         {
             let mut ledger = self.ledger.lock();
             ledger.tables[slot] = Some(TableLedger { state, promoted: false });
             ledger.dirty = true;
         }
         let choices = self.draw_choices(slot, rng);
+        let threshold = if built.is_empty() { 0 } else { self.traffic };
+        tuned.fast.publish(Some((table, arms_json[0].key, threshold)));
         tuned.live.store(Some(Arc::new(Live {
             baseline: table.clone(),
             variants: built,
@@ -526,6 +645,7 @@ impl Tuner {
             generation,
             slot,
             choices,
+            threshold,
         })));
         self.publish_report(slot);
     }
@@ -542,6 +662,7 @@ impl Tuner {
             generation: live.generation,
             slot,
             choices,
+            threshold: live.threshold,
         })));
         self.publish_report(slot);
     }
@@ -729,6 +850,65 @@ struct ArmText {
     params_json: Box<str>,
     /// `id` as a JSON string, for the response
     id_json: Box<str>,
+    /// the key its decisions' ids are tagged with
+    key: ArmKey,
+}
+
+impl Fast {
+    /// Describes the `Live` about to be published: its baseline table, the baseline's key and
+    /// the traffic threshold (`None`: no arms).
+    fn publish(&self, arms: Option<(&Arc<Table>, ArmKey, u64)>) {
+        let _only = self.write.lock();
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        let (table, key, threshold) =
+            arms.map_or((0, ArmKey::default(), 0), |(t, k, th)| (Arc::as_ptr(t) as usize, k, th));
+        let (words, bits) = key.parts();
+        self.table.store(table, Ordering::Relaxed);
+        for (a, w) in self.key.iter().zip(words) {
+            a.store(w, Ordering::Relaxed);
+        }
+        self.bits.store(u64::from(bits), Ordering::Relaxed);
+        self.threshold.store(threshold, Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+}
+
+impl Drawn {
+    /// The table the drawn arm decides with (`baseline` for the baseline).
+    #[inline]
+    pub fn table<'a>(&'a self, baseline: &'a Table) -> &'a Table {
+        match self {
+            Drawn::Baseline(_) => baseline,
+            Drawn::Variant { live, choice, .. } => live.as_ref().map_or(baseline, |l| l.table(*choice)),
+        }
+    }
+
+    /// `id` tagged with the drawn arm, for `/feedback`.
+    #[inline]
+    pub fn tag(&self, id: SnapshotId) -> SnapshotId {
+        match self {
+            Drawn::Baseline(key) | Drawn::Variant { key, .. } => key.tag(id),
+        }
+    }
+
+    /// The arm's id as a JSON string (`"baseline"`, `"v1"`).
+    #[inline]
+    pub fn id_json(&self) -> &str {
+        match self {
+            Drawn::Baseline(_) => "\"baseline\"",
+            Drawn::Variant { live, choice, .. } => live.as_ref().map_or("\"baseline\"", |l| l.arm_id_json(*choice)),
+        }
+    }
+
+    /// A variant's id and parameter values as JSON, for its snapshot (`None`: the baseline).
+    pub fn variant(&self) -> Option<(&str, &str)> {
+        match self {
+            Drawn::Baseline(_) => None,
+            Drawn::Variant { live, choice, .. } => live.as_ref().map(|l| l.arm(*choice)),
+        }
+    }
 }
 
 fn overlay_folder(tuning_folder: &Path) -> PathBuf {
