@@ -49,17 +49,33 @@ const IDLE_SHARED: usize = 256;
 /// Idle connections a thread's own pool had no room for: (pool key, address, connection).
 static SPARE: parking_lot::Mutex<Vec<(u64, SocketAddr, Stream)>> = parking_lot::Mutex::new(Vec::new());
 
-/// One answer from a peer.
+/// One answer from a peer, owned (what a probe keeps).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Exchange {
     /// its status code
     pub status: u16,
-    /// its `Content-Type`
-    pub content_type: Option<String>,
     /// its body
     pub body: Vec<u8>,
     /// whether the connection may carry another request
     pub keep_alive: bool,
+}
+
+/// One answer from a peer, its body still in the connection's read buffer (a forward reads
+/// it there, before the connection goes back to the pool).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reply<'a> {
+    /// its status code
+    pub status: u16,
+    /// its body
+    pub body: &'a [u8],
+}
+
+/// Where an answer is in the read buffer, once complete.
+#[derive(Debug, Clone, PartialEq)]
+struct Head {
+    status: u16,
+    body: std::ops::Range<usize>,
+    keep_alive: bool,
 }
 
 /// Why an exchange failed.
@@ -106,45 +122,56 @@ pub fn exchange_fresh(
     deadline: Instant,
     max_body: usize,
 ) -> Result<Exchange, ClientError> {
-    let mut stream = connect(addr, deadline)?;
-    let result = send_and_read(&mut stream, request, deadline, max_body, true);
-    retire(stream);
+    let mut conn = connect(addr, deadline)?;
+    let result = conn.exchange(request, deadline, max_body, true).map(|head| Exchange {
+        status: head.status,
+        body: conn.buf[head.body].to_vec(),
+        keep_alive: head.keep_alive,
+    });
+    retire(conn);
     result
 }
 
-/// Sends `request` to `addr` on a pooled keep-alive connection (or a new one) and reads the
-/// answer by `deadline`; `key` names the pool (the router and the instance).
-pub fn exchange_pooled(
+/// Sends `request` to `addr` on a pooled keep-alive connection (or a new one), reads the
+/// answer by `deadline` and gives it to `read`, whose result is returned; `key` names the pool
+/// (the router and the instance).
+pub fn exchange_pooled<R>(
     key: u64,
     addr: SocketAddr,
     request: &[u8],
     deadline: Instant,
     max_body: usize,
-) -> Result<Exchange, ClientError> {
-    if let Some(mut stream) = take(key, addr) {
-        match send_and_read(&mut stream, request, deadline, max_body, false) {
-            Ok(answer) => {
-                keep_or_retire(key, addr, stream, answer.keep_alive);
-                return Ok(answer);
-            }
-            Err(e) if e.stale() && Instant::now() < deadline => retire(stream),
+    read: impl FnOnce(Reply<'_>) -> R,
+) -> Result<R, ClientError> {
+    if let Some(mut conn) = take(key, addr) {
+        match conn.exchange(request, deadline, max_body, false) {
+            Ok(head) => return Ok(hand_over(key, addr, conn, head, read)),
+            Err(e) if e.stale() && Instant::now() < deadline => retire(conn),
             Err(e) => {
-                retire(stream);
+                retire(conn);
                 return Err(e);
             }
         }
     }
-    let mut stream = connect(addr, deadline)?;
-    match send_and_read(&mut stream, request, deadline, max_body, true) {
-        Ok(answer) => {
-            keep_or_retire(key, addr, stream, answer.keep_alive);
-            Ok(answer)
-        }
+    let mut conn = connect(addr, deadline)?;
+    match conn.exchange(request, deadline, max_body, true) {
+        Ok(head) => Ok(hand_over(key, addr, conn, head, read)),
         Err(e) => {
-            retire(stream);
+            retire(conn);
             Err(e)
         }
     }
+}
+
+/// Gives the answer `head` locates in `conn`'s buffer to `read`, then keeps or gives up `conn`.
+fn hand_over<R>(key: u64, addr: SocketAddr, mut conn: Stream, head: Head, read: impl FnOnce(Reply<'_>) -> R) -> R {
+    let result = read(Reply { status: head.status, body: conn.buf.get(head.body).unwrap_or_default() });
+    if conn.buf.len() > KEPT_BUFFER {
+        // an idle connection does not hold on to a large answer's memory
+        conn.buf = Vec::new();
+    }
+    keep_or_retire(key, addr, conn, head.keep_alive);
+    result
 }
 
 fn remaining(deadline: Instant) -> Result<Duration, ClientError> {
@@ -156,9 +183,72 @@ fn remaining(deadline: Instant) -> Result<Duration, ClientError> {
     }
 }
 
+/// The timeout for the next read or write of an exchange due by `deadline`: the time left,
+/// rounded down to a power-of-two number of milliseconds no more than a 32nd of it. Setting a
+/// socket's timeout is a system call; rounded so, the timeout stays the same from one exchange
+/// to the next on a kept connection (each gets the same forward timeout) and within most
+/// exchanges, so it is set again only when it changes. No operation outlasts the deadline; an
+/// exchange may time out up to a 32nd early.
+fn op_timeout(deadline: Instant) -> Result<Duration, ClientError> {
+    let left = remaining(deadline)?;
+    let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+    let grain = (ms / 32).max(1).checked_ilog2().map_or(1, |log| 1u64 << log);
+    let whole = ms / grain * grain;
+    Ok(if whole == 0 { left } else { Duration::from_millis(whole) })
+}
+
+/// How much the read buffer grows at most at a time for a body.
+const BODY_STEP: usize = 64 * 1024;
+/// The largest read buffer a kept connection holds on to between exchanges.
+const KEPT_BUFFER: usize = 16 * 1024;
+
 /// A client connection, boxed so that the I/O state may's scheduler points at never moves;
 /// given up through [`retire`], never dropped where its last operation ended.
-type Stream = Box<TcpStream>;
+type Stream = Box<Conn>;
+
+/// A client connection and what it keeps from one exchange to the next.
+#[derive(Debug)]
+struct Conn {
+    io: Io,
+    /// the read buffer; all of it initialized, so it is zeroed only when it grows
+    buf: Vec<u8>,
+}
+
+/// A socket and the timeouts last set on it (setting one is a system call).
+#[derive(Debug)]
+struct Io {
+    stream: TcpStream,
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+}
+
+impl Io {
+    fn set_write_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        if self.write_timeout != Some(timeout) {
+            self.write_timeout = None;
+            self.stream.set_write_timeout(Some(timeout))?;
+            self.write_timeout = Some(timeout);
+        }
+        Ok(())
+    }
+}
+
+impl Read for Io {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.read(buf)
+    }
+}
+
+impl Timed for Io {
+    fn set_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        if self.read_timeout != Some(timeout) {
+            self.read_timeout = None;
+            self.stream.set_read_timeout(Some(timeout))?;
+            self.read_timeout = Some(timeout);
+        }
+        Ok(())
+    }
+}
 
 /// Opens a connection to `addr`, without waiting for it: the first write waits (within its
 /// timeout) until it is established, and fails if it cannot be.
@@ -181,7 +271,8 @@ fn connect(addr: SocketAddr, deadline: Instant) -> Result<Stream, ClientError> {
         Err(e) if e.raw_os_error() == Some(nix::libc::EINPROGRESS) => {}
         Err(e) => return Err(ClientError::Connect(e)),
     }
-    Ok(Box::new(clef_sys::may_stream(std::net::TcpStream::from(socket))))
+    let stream = clef_sys::may_stream(std::net::TcpStream::from(socket));
+    Ok(Box::new(Conn { io: Io { stream, read_timeout: None, write_timeout: None }, buf: Vec::new() }))
 }
 
 fn broken(error: io::Error, answered: bool, deadline: Instant) -> ClientError {
@@ -211,94 +302,96 @@ fn again(e: &io::Error) -> bool {
 /// How long a read or write waits before it tries again on a connection still being opened.
 const CONNECT_POLL: Duration = Duration::from_micros(200);
 
-/// Sends `request` and reads the answer; `fresh`: the connection was just opened, so an error
-/// before the first byte is written is one of connecting.
-fn send_and_read(
-    stream: &mut TcpStream,
-    request: &[u8],
-    deadline: Instant,
-    max_body: usize,
-    fresh: bool,
-) -> Result<Exchange, ClientError> {
-    let mut sent = 0;
-    while sent < request.len() {
-        let failed = |e: io::Error| match broken(e, false, deadline) {
-            ClientError::Broken { error, .. } if fresh && sent == 0 => ClientError::Connect(error),
-            other => other,
-        };
-        stream.set_write_timeout(Some(remaining(deadline)?)).map_err(failed)?;
-        match stream.write(&request[sent..]) {
-            Ok(0) => return Err(failed(io::ErrorKind::WriteZero.into())),
-            Ok(n) => sent += n,
-            Err(e) if again(&e) => {}
-            Err(e) => return Err(failed(e)),
+impl Conn {
+    /// Sends `request` and reads the answer into the buffer; `fresh`: the connection was just
+    /// opened, so an error before the first byte is written is one of connecting.
+    fn exchange(
+        &mut self,
+        request: &[u8],
+        deadline: Instant,
+        max_body: usize,
+        fresh: bool,
+    ) -> Result<Head, ClientError> {
+        let mut sent = 0;
+        while sent < request.len() {
+            let failed = |e: io::Error| match broken(e, false, deadline) {
+                ClientError::Broken { error, .. } if fresh && sent == 0 => ClientError::Connect(error),
+                other => other,
+            };
+            self.io.set_write_timeout(op_timeout(deadline)?).map_err(failed)?;
+            match self.io.stream.write(&request[sent..]) {
+                Ok(0) => return Err(failed(io::ErrorKind::WriteZero.into())),
+                Ok(n) => sent += n,
+                Err(e) if again(&e) => {}
+                Err(e) => return Err(failed(e)),
+            }
         }
+        read_answer(&mut self.io, &mut self.buf, deadline, max_body)
     }
-    read_answer(stream, deadline, max_body)
 }
 
-/// Reads one answer: the head (httparse), then `Content-Length` bytes of body.
-fn read_answer<S: Read + Timed>(stream: &mut S, deadline: Instant, max_body: usize) -> Result<Exchange, ClientError> {
-    // on the heap: coroutine stacks are small
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut head: Option<(usize, u16, Option<String>, usize, bool)> = None;
+/// Reads one answer into `buf`: the head (httparse), then `Content-Length` bytes of body.
+/// `buf`'s bytes are all initialized (its length is its usable size); it grows as needed.
+fn read_answer<S: Read + Timed>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+    max_body: usize,
+) -> Result<Head, ClientError> {
+    let mut filled = 0;
+    let mut head: Option<(usize, u16, usize, bool)> = None;
     loop {
-        if let Some((head_len, status, content_type, length, keep_alive)) = &head {
+        let mut wanted = filled + READ_CHUNK;
+        if let Some((head_len, status, length, keep_alive)) = head {
             let total = head_len + length;
-            if buf.len() >= total {
+            if filled >= total {
                 // a peer that sends more than its answer is not talking HTTP/1.1 to us
-                let keep_alive = *keep_alive && buf.len() == total;
-                return Ok(Exchange {
-                    status: *status,
-                    content_type: content_type.clone(),
-                    body: buf[*head_len..total].to_vec(),
-                    keep_alive,
-                });
+                return Ok(Head { status, body: head_len..total, keep_alive: keep_alive && filled == total });
             }
-        } else if !buf.is_empty() {
+            // room for the rest of the body (in steps: a length is only what the peer claims)
+            wanted = total.min(filled + BODY_STEP);
+        } else if filled > 0 {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut response = httparse::Response::new(&mut headers);
-            match response.parse(&buf) {
+            match response.parse(&buf[..filled]) {
                 Ok(httparse::Status::Complete(head_len)) => {
                     head = Some(parse_head(&response, head_len, max_body)?);
                     continue;
                 }
-                Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
+                Ok(httparse::Status::Partial) if filled > MAX_HEAD_BYTES => {
                     return Err(ClientError::Invalid(format!("an answer head longer than {MAX_HEAD_BYTES} bytes")));
                 }
                 Ok(httparse::Status::Partial) => {}
                 Err(e) => return Err(ClientError::Invalid(format!("not HTTP/1.1: {e}"))),
             }
         }
-        stream.set_timeout(remaining(deadline)?).map_err(|e| broken(e, !buf.is_empty(), deadline))?;
-        let filled = buf.len();
-        buf.resize(filled + READ_CHUNK, 0);
-        let read = stream.read(&mut buf[filled..]);
-        buf.truncate(filled + *read.as_ref().unwrap_or(&0));
-        match read {
+        stream.set_timeout(op_timeout(deadline)?).map_err(|e| broken(e, filled > 0, deadline))?;
+        if buf.len() < wanted {
+            buf.resize(wanted, 0);
+        }
+        match stream.read(&mut buf[filled..]) {
             Ok(0) => {
                 let e = io::Error::new(io::ErrorKind::UnexpectedEof, "the peer closed the connection");
                 return Err(broken(e, filled > 0, deadline));
             }
-            Ok(_) => {}
+            Ok(n) => filled += n,
             Err(e) if again(&e) => {}
             Err(e) => return Err(broken(e, filled > 0, deadline)),
         }
     }
 }
 
-/// (head length, status, content type, body length, keep-alive) of a complete head.
+/// (head length, status, body length, keep-alive) of a complete head.
 fn parse_head(
     response: &httparse::Response<'_, '_>,
     head_len: usize,
     max_body: usize,
-) -> Result<(usize, u16, Option<String>, usize, bool), ClientError> {
+) -> Result<(usize, u16, usize, bool), ClientError> {
     let status = response.code.unwrap_or(0);
     if !(200..=599).contains(&status) {
         return Err(ClientError::Invalid(format!("status {status}")));
     }
     let mut length = None;
-    let mut content_type = None;
     let mut keep_alive = response.version == Some(1);
     for h in response.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
@@ -314,8 +407,6 @@ fn parse_head(
             length = Some(n);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(ClientError::Invalid("a Transfer-Encoding body (clef answers with Content-Length)".into()));
-        } else if h.name.eq_ignore_ascii_case("content-type") {
-            content_type = std::str::from_utf8(h.value).ok().map(|v| v.trim().to_string());
         } else if h.name.eq_ignore_ascii_case("connection") {
             keep_alive = crate::server::conn::keep_alive_after(h.value, keep_alive);
         }
@@ -324,18 +415,12 @@ fn parse_head(
     if length > max_body {
         return Err(ClientError::Invalid(format!("a body of {length} bytes, more than the {max_body} accepted")));
     }
-    Ok((head_len, status, content_type, length, keep_alive))
+    Ok((head_len, status, length, keep_alive))
 }
 
 /// A stream whose reads can be given a timeout.
 trait Timed {
     fn set_timeout(&mut self, timeout: Duration) -> io::Result<()>;
-}
-
-impl Timed for TcpStream {
-    fn set_timeout(&mut self, timeout: Duration) -> io::Result<()> {
-        self.set_read_timeout(Some(timeout))
-    }
 }
 
 /// How long a given-up connection is kept before it is dropped (see [`retire`]).
@@ -447,21 +532,54 @@ mod tests {
     }
 
     fn read(text: &str, max: usize) -> Result<Exchange, ClientError> {
-        read_answer(&mut Bytes(text.as_bytes().to_vec(), 0), Instant::now() + Duration::from_secs(5), max)
+        let mut buf = Vec::new();
+        let head = read_answer(
+            &mut Bytes(text.as_bytes().to_vec(), 0),
+            &mut buf,
+            Instant::now() + Duration::from_secs(5),
+            max,
+        )?;
+        Ok(Exchange { status: head.status, body: buf[head.body].to_vec(), keep_alive: head.keep_alive })
     }
 
     #[test]
     fn reads_content_length_answers() {
         let a = read("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", 100).unwrap();
-        assert_eq!(
-            (a.status, a.content_type.as_deref(), &a.body[..], a.keep_alive),
-            (200, Some("application/json"), &b"{}"[..], true)
-        );
+        assert_eq!((a.status, &a.body[..], a.keep_alive), (200, &b"{}"[..], true));
         let a = read("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", 100).unwrap();
         assert_eq!((a.status, a.keep_alive), (404, false));
         // bytes beyond the answer: answered, but the connection is not reused
         let a = read("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxy", 100).unwrap();
         assert!(!a.keep_alive);
+    }
+
+    #[test]
+    fn operation_timeouts_never_outlast_the_deadline_and_repeat_across_exchanges() {
+        for timeout_ms in [1u64, 5, 80, 100, 1000, 2500, 30_000] {
+            let timeout = Duration::from_millis(timeout_ms);
+            let first = op_timeout(Instant::now() + timeout).unwrap();
+            assert!(first <= timeout, "{first:?} for {timeout:?}");
+            let least = timeout.saturating_sub(timeout / 32 + Duration::from_millis(1));
+            assert!(first >= least, "{first:?} for {timeout:?}");
+            if timeout_ms >= 32 {
+                // the next exchange on the connection, a moment later: the same timeout, so
+                // the socket is not told again
+                assert_eq!(op_timeout(Instant::now() + timeout).unwrap(), first, "{timeout:?}");
+            }
+        }
+        assert!(matches!(op_timeout(Instant::now()), Err(ClientError::Timeout)));
+    }
+
+    #[test]
+    fn a_kept_buffer_is_reused_without_old_bytes_showing() {
+        let mut buf = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let long = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789";
+        let head = read_answer(&mut Bytes(long.as_bytes().to_vec(), 0), &mut buf, deadline, 100).unwrap();
+        assert_eq!(&buf[head.body], b"0123456789");
+        let short = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nab";
+        let head = read_answer(&mut Bytes(short.as_bytes().to_vec(), 0), &mut buf, deadline, 100).unwrap();
+        assert_eq!((&buf[head.body], head.keep_alive), (&b"ab"[..], true));
     }
 
     #[test]

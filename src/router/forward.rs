@@ -10,6 +10,7 @@
 //! gives the peer (which itself says `local`).
 
 use std::borrow::Cow;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -120,8 +121,10 @@ fn attempt_once(
     let guard = router.begin_forward(target, retry);
     let deadline = Instant::now() + Duration::from_millis(router.config.forward_timeout_ms);
     let key = (router.uid << 32) | u64::from(target.index);
-    let result = client::exchange_pooled(key, target.addr, request, deadline, MAX_ANSWER_BYTES);
-    match result.map_err(|e: ClientError| e.to_string()).and_then(|x| accept(router, target.index, x, endpoint)) {
+    let result = client::exchange_pooled(key, target.addr, request, deadline, MAX_ANSWER_BYTES, |reply| {
+        accept(router, target.index, reply, endpoint)
+    });
+    match result.map_err(|e: ClientError| e.to_string()).and_then(|answer| answer) {
         Ok(answer) => {
             guard.succeeded();
             Ok(answer)
@@ -137,8 +140,9 @@ fn attempt_once(
 fn encode(router: &Router, out: &Outgoing<'_>) -> Vec<u8> {
     let mut r = Vec::with_capacity(256 + out.body.len());
     r.extend_from_slice(b"POST /decide/");
-    let name = percent_encoding::utf8_percent_encode(out.table, percent_encoding::NON_ALPHANUMERIC);
-    r.extend_from_slice(name.to_string().as_bytes());
+    for part in percent_encoding::utf8_percent_encode(out.table, percent_encoding::NON_ALPHANUMERIC) {
+        r.extend_from_slice(part.as_bytes());
+    }
     if out.endpoint == Endpoint::Batch {
         r.extend_from_slice(b"/batch");
     }
@@ -156,26 +160,27 @@ fn encode(router: &Router, out: &Outgoing<'_>) -> Vec<u8> {
         }
     }
     r.extend_from_slice(b"\r\nContent-Length: ");
-    r.extend_from_slice(out.body.len().to_string().as_bytes());
+    // writing into a Vec cannot fail
+    let _ = write!(r, "{}", out.body.len());
     r.extend_from_slice(b"\r\n\r\n");
     r.extend_from_slice(out.body);
     r
 }
 
 /// Turns a peer's answer into ours: 2xx and 4xx are answers; anything else fails the attempt.
-fn accept(router: &Router, index: u32, x: client::Exchange, endpoint: Endpoint) -> Result<Answer, String> {
+fn accept(router: &Router, index: u32, x: client::Reply<'_>, endpoint: Endpoint) -> Result<Answer, String> {
     if x.status >= 500 {
         return Err(format!("answered {}", x.status));
     }
-    let body = String::from_utf8(x.body).map_err(|_| "answered a body that is not UTF-8".to_string())?;
+    let body = std::str::from_utf8(x.body).map_err(|_| "answered a body that is not UTF-8".to_string())?;
     let id = router.instance_id(index);
     let (body, content_type) = if x.status >= 300 {
         // passed through as the peer wrote it
-        (body, "application/json")
+        (body.to_string(), "application/json")
     } else {
         match endpoint {
             Endpoint::Decide => {
-                (rename_instance(&body, id).ok_or("answered something that is not a decision")?, "application/json")
+                (rename_instance(body, id).ok_or("answered something that is not a decision")?, "application/json")
             }
             Endpoint::Batch => {
                 let mut out = String::with_capacity(body.len() + 16);
@@ -193,43 +198,77 @@ fn accept(router: &Router, index: u32, x: client::Exchange, endpoint: Endpoint) 
 /// `text` (a JSON object) with its top-level `instance` set to `id`; `None` when it is not an
 /// object. Every other member is kept as written, in order.
 pub fn rename_instance(text: &str, id: &str) -> Option<String> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    let members = (&mut de).deserialize_map(MembersVisitor).ok()?;
-    de.end().ok()?;
     let mut out = String::with_capacity(text.len() + id.len());
-    out.push('{');
-    for (i, (key, value)) in members.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        write_json_string(key, &mut out);
-        out.push(':');
-        if key == "instance" {
-            write_json_string(id, &mut out);
-        } else {
-            out.push_str(value.get());
-        }
-    }
-    out.push('}');
+    let mut de = serde_json::Deserializer::from_str(text);
+    (&mut de).deserialize_map(Renamer { id, out: &mut out }).ok()?;
+    de.end().ok()?;
     Some(out)
 }
 
-/// The members of a JSON object, values left unparsed.
-struct MembersVisitor;
+/// Writes the members of a JSON object to `out` as it reads them, values unparsed, with the
+/// value of `instance` replaced by `id`.
+struct Renamer<'o> {
+    id: &'o str,
+    out: &'o mut String,
+}
 
-impl<'de> Visitor<'de> for MembersVisitor {
-    type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+impl<'de> Visitor<'de> for Renamer<'_> {
+    type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut members = Vec::new();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            members.push((key, map.next_value::<&'de RawValue>()?));
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.out.push('{');
+        let mut first = true;
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            if !first {
+                self.out.push(',');
+            }
+            first = false;
+            match &key {
+                // borrowed from the text: it had no escapes, so it needs none
+                Cow::Borrowed(k) => {
+                    self.out.push('"');
+                    self.out.push_str(k);
+                    self.out.push('"');
+                }
+                Cow::Owned(k) => write_json_string(k, self.out),
+            }
+            self.out.push(':');
+            let value = map.next_value::<&'de RawValue>()?;
+            if key == "instance" {
+                write_json_string(self.id, self.out);
+            } else {
+                self.out.push_str(value.get());
+            }
         }
-        Ok(members)
+        self.out.push('}');
+        Ok(())
+    }
+}
+
+/// An object key, borrowed from the text when it has no escapes (serde's own `Cow<str>`
+/// always copies).
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Key<'de>, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
     }
 }
 

@@ -153,7 +153,7 @@ mod tests {
     use super::*;
 
     fn answer(status: u16, body: &str) -> Exchange {
-        Exchange { status, content_type: None, body: body.as_bytes().to_vec(), keep_alive: false }
+        Exchange { status, body: body.as_bytes().to_vec(), keep_alive: false }
     }
 
     #[test]
