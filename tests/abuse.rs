@@ -121,7 +121,10 @@ fn pipelined_answers_to_clients_that_never_read_cannot_grow_the_server() {
 #[test]
 fn idle_connections_give_their_buffers_back() {
     // Before: 2,000 idle keep-alive connections that each sent one 64 KB body held 311 MB.
-    let srv = Server::start(&config("", "", MODEL), &[("risk.json", &table("big"))]);
+    // The client below sends every request before it reads any answer; on a loaded machine that
+    // can take longer than the default write timeout, which rightly drops a client whose
+    // answers sit unread that long. This test is about memory, not that timeout.
+    let srv = Server::start(&config("  write_timeout_ms: 120000\n", "", MODEL), &[("risk.json", &table("big"))]);
     let before = srv.rss_kib();
     let body = format!("{{\"x\": 50, \"pad\": \"{}\"}}", "a".repeat(64_000));
     let n = 500;
@@ -129,8 +132,12 @@ fn idle_connections_give_their_buffers_back() {
     for c in &mut conns {
         c.send(&request_bytes("POST", "/decide/risk", &[], body.as_bytes()));
     }
-    for c in &mut conns {
-        assert_eq!(c.read_response().expect("an answer").status, 200);
+    for (i, c) in conns.iter_mut().enumerate() {
+        let answer = c.read_response().unwrap_or_else(|e| {
+            let dropped = metric(&srv, "clef_write_timeouts_total");
+            panic!("connection {i} got no answer: {e} (clients dropped by the write timeout: {dropped})")
+        });
+        assert_eq!(answer.status, 200);
     }
     // a connection idle for a second frees its buffers
     std::thread::sleep(Duration::from_millis(2500));
