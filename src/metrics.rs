@@ -33,6 +33,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::server::conn::Closed;
+
 /// Number of distinct worker stripes; threads beyond this share stripes (still correct, as every
 /// counter is updated with an atomic `fetch_add`, just no longer contention-free).
 pub const STRIPES: usize = 64;
@@ -272,6 +274,7 @@ struct ServerStripe {
     rejected: AtomicU64,
     timeouts: AtomicU64,
     write_timeouts: AtomicU64,
+    closed: [AtomicU64; Closed::ALL.len()],
 }
 
 impl ServerStripe {
@@ -283,6 +286,7 @@ impl ServerStripe {
             rejected: zero(),
             timeouts: zero(),
             write_timeouts: zero(),
+            closed: std::array::from_fn(|_| zero()),
         }
     }
 }
@@ -363,6 +367,14 @@ impl ServerStats {
         self.stripe().write_timeouts.fetch_add(1, Relaxed);
     }
 
+    /// Counts a closed connection by why it closed.
+    #[inline]
+    pub fn connection_closed(&self, why: Closed) {
+        if let Some(n) = self.stripe().closed.get(why.index()) {
+            n.fetch_add(1, Relaxed);
+        }
+    }
+
     /// Counts a finished reload; a successful one also sets the last-success time (unix seconds).
     pub fn reload_finished(&self, ok: bool, unix_time: f64) {
         if ok {
@@ -380,6 +392,7 @@ impl ServerStats {
             rejected: 0,
             timeouts: 0,
             write_timeouts: 0,
+            closed: [0; Closed::ALL.len()],
             reloads_ok: self.reloads.ok.load(Relaxed),
             reloads_failed: self.reloads.failed.load(Relaxed),
             last_reload_ok: f64::from_bits(self.reloads.last_ok.load(Relaxed)),
@@ -394,6 +407,9 @@ impl ServerStats {
             s.rejected += stripe.rejected.load(Relaxed);
             s.timeouts += stripe.timeouts.load(Relaxed);
             s.write_timeouts += stripe.write_timeouts.load(Relaxed);
+            for (sum, n) in s.closed.iter_mut().zip(&stripe.closed) {
+                *sum += n.load(Relaxed);
+            }
         }
         s
     }
@@ -646,6 +662,7 @@ struct ServerSnapshot {
     rejected: u64,
     timeouts: u64,
     write_timeouts: u64,
+    closed: [u64; Closed::ALL.len()],
     reloads_ok: u64,
     reloads_failed: u64,
     last_reload_ok: f64,
@@ -724,6 +741,13 @@ impl Collector for ServerCollector {
         ];
         for (name, help, value) in counters {
             ConstCounter::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)?;
+        }
+
+        let help = "Client connections closed, by reason (client, idle_timeout, draining, connection_close: an \
+                    answer said Connection: close, read_timeout, write_timeout, read_error, write_error)";
+        let mut m = encoder.encode_descriptor("clef_connections_closed", help, None, MetricType::Counter)?;
+        for (why, n) in Closed::ALL.iter().zip(s.closed) {
+            ConstCounter::new(n).encode(m.encode_family(&[("reason", why.label())])?)?;
         }
 
         let help = "Table reloads by result (ok: every table loaded or unchanged, failed: at least one failed)";

@@ -312,3 +312,35 @@ fn a_new_good_version_after_a_broken_one_is_a_recovery_in_the_log() {
     srv.wait_for_log(1, &format!("table risk: loaded version {newest} (SIGHUP)"));
     assert_eq!(srv.log_text().matches("recovered").count(), 1, "{}", srv.log_text());
 }
+
+#[test]
+fn closed_connections_are_counted_by_reason() {
+    let srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
+    // scrapes over one kept connection, so that they close nothing themselves
+    let mut scraper = common::Conn::open(srv.port);
+    let mut closed = |reason: &str| {
+        let r = scraper.request("GET", "/metrics", &[], b"");
+        Metrics(r.text()).value("clef_connections_closed_total", &[("reason", reason)])
+    };
+    let (client, answered) = (closed("client"), closed("connection_close"));
+    // the client hangs up after its answer
+    let mut c = common::Conn::open(srv.port);
+    assert_eq!(c.request("POST", "/decide/risk", &[], br#"{"x": 50}"#).status, 200);
+    drop(c);
+    // the client asks for the close; a malformed request gets one
+    let mut c = common::Conn::open(srv.port);
+    assert_eq!(c.request("POST", "/decide/risk", &[("Connection", "close")], br#"{"x": 50}"#).status, 200);
+    let mut bad = common::Conn::open(srv.port);
+    bad.send(b"NOT HTTP AT ALL\r\n\r\n");
+    assert_eq!(bad.read_response().expect("an answer").status, 400);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = (closed("client") - client, closed("connection_close") - answered);
+        if now == (1.0, 2.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "closed (client, connection_close) went up by {now:?}, not (1, 2)");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop((c, bad));
+}

@@ -72,9 +72,65 @@ pub trait ConnObserver {
     fn timed_out(&self);
     /// a client stopped reading its answers for longer than the write timeout
     fn write_timed_out(&self) {}
+    /// the connection closed, and why
+    fn closed(&self, _why: Closed) {}
     /// whether the server is draining: idle connections close
     fn draining(&self) -> bool {
         false
+    }
+}
+
+/// Why a connection closed (`clef_connections_closed_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// the client closed it
+    Client,
+    /// it was idle for the idle timeout
+    Idle,
+    /// the server is draining (SIGTERM)
+    Draining,
+    /// an answer said `Connection: close` (the client asked, or the request was malformed)
+    Answered,
+    /// a request did not arrive within the read timeout (answered 408)
+    ReadTimeout,
+    /// the client stopped reading its answers for the write timeout
+    WriteTimeout,
+    /// reading failed (a reset, say)
+    ReadError,
+    /// writing an answer failed
+    WriteError,
+}
+
+impl Closed {
+    /// Every reason, in the order of [`Closed::index`].
+    pub const ALL: [Closed; 8] = [
+        Closed::Client,
+        Closed::Idle,
+        Closed::Draining,
+        Closed::Answered,
+        Closed::ReadTimeout,
+        Closed::WriteTimeout,
+        Closed::ReadError,
+        Closed::WriteError,
+    ];
+
+    /// The reason's place in [`Closed::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Closed::Client => "client",
+            Closed::Idle => "idle_timeout",
+            Closed::Draining => "draining",
+            Closed::Answered => "connection_close",
+            Closed::ReadTimeout => "read_timeout",
+            Closed::WriteTimeout => "write_timeout",
+            Closed::ReadError => "read_error",
+            Closed::WriteError => "write_error",
+        }
     }
 }
 
@@ -146,8 +202,17 @@ struct Conn<'l> {
     unsent: Option<(usize, Instant)>,
 }
 
-/// Serves one connection until it closes, fails, or times out.
+/// Serves one connection until it closes, fails, or times out; tells `observer` why it closed.
 pub fn serve<S, H, O>(stream: &mut S, limits: &ConnLimits, handler: &H, observer: &O)
+where
+    S: Socket,
+    H: Fn(&Request<'_>, &mut Response),
+    O: ConnObserver,
+{
+    observer.closed(serve_until_closed(stream, limits, handler, observer));
+}
+
+fn serve_until_closed<S, H, O>(stream: &mut S, limits: &ConnLimits, handler: &H, observer: &O) -> Closed
 where
     S: Socket,
     H: Fn(&Request<'_>, &mut Response),
@@ -173,8 +238,9 @@ where
             if let Err(e) = write_all(stream, &conn.out) {
                 if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) {
                     observer.write_timed_out();
+                    return Closed::WriteTimeout;
                 }
-                return;
+                return Closed::WriteError;
             }
             conn.written_at = Some(Instant::now());
             conn.unsent = None;
@@ -182,13 +248,13 @@ where
         }
         conn.release_large();
         match pause {
-            Pause::Close => return,
+            Pause::Close => return Closed::Answered,
             Pause::Full => continue,
             Pause::Empty => conn.ready_for(None),
             Pause::Incomplete(total) => conn.ready_for(total),
         }
-        if !conn.wait_and_read(stream, observer) {
-            return;
+        if let Err(why) = conn.wait_and_read(stream, observer) {
+            return why;
         }
     }
 }
@@ -282,9 +348,9 @@ impl Conn<'_> {
         self.rsp.release_large(0);
     }
 
-    /// Waits for more bytes and reads them; `false` when the connection must close.
+    /// Waits for more bytes and reads them; `Err` when the connection must close, and why.
     #[inline(never)]
-    fn wait_and_read<S: Socket, O: ConnObserver>(&mut self, stream: &mut S, observer: &O) -> bool {
+    fn wait_and_read<S: Socket, O: ConnObserver>(&mut self, stream: &mut S, observer: &O) -> Result<(), Closed> {
         loop {
             let now = Instant::now();
             let slice = if self.filled > 0 {
@@ -292,12 +358,13 @@ impl Conn<'_> {
                 let left = self.limits.read_timeout.saturating_sub(now - started);
                 if left.is_zero() {
                     self.timed_out(stream, observer);
-                    return false;
+                    return Err(Closed::ReadTimeout);
                 }
                 left
             } else {
                 let idle_for = now - self.idle_since;
-                let left = if observer.draining() {
+                let draining = observer.draining();
+                let left = if draining {
                     // A client that just got an answer may be sending its next request right
                     // now: give it a moment to arrive (it is answered 503 with `Connection:
                     // close`) rather than closing under it, which would reset that request.
@@ -306,7 +373,7 @@ impl Conn<'_> {
                     self.limits.idle_timeout.saturating_sub(idle_for)
                 };
                 if left.is_zero() {
-                    return false;
+                    return Err(if draining { Closed::Draining } else { Closed::Idle });
                 }
                 left.min(IDLE_SLICE)
             };
@@ -323,7 +390,7 @@ impl Conn<'_> {
             let got = if self.input.is_empty() {
                 // idle without buffers: wait on the stack, allocate once bytes are there
                 match stream.peek_byte() {
-                    Ok(0) => return false,
+                    Ok(0) => return Err(Closed::Client),
                     Ok(_) => {
                         self.input = vec![0; READ_CHUNK];
                         continue;
@@ -334,24 +401,24 @@ impl Conn<'_> {
                 stream.read(&mut self.input[self.filled..])
             };
             match got {
-                Ok(0) => return false,
+                Ok(0) => return Err(Closed::Client),
                 Ok(n) => {
                     if self.filled == 0 {
                         self.request_started = Some(Instant::now());
                     }
                     self.filled += n;
-                    return true;
+                    return Ok(());
                 }
                 Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                     if !self.still_delivering(stream, observer) {
-                        return false;
+                        return Err(Closed::WriteTimeout);
                     }
                     if self.filled == 0 && self.idle_since.elapsed() >= IDLE_SLICE {
                         self.release_all();
                     }
                 }
                 Err(e) if spurious(&e) => {}
-                Err(_) => return false,
+                Err(_) => return Err(Closed::ReadError),
             }
         }
     }

@@ -209,6 +209,9 @@ impl ConnObserver for Observer<'_> {
     fn write_timed_out(&self) {
         self.app.stats.write_timed_out();
     }
+    fn closed(&self, why: conn::Closed) {
+        self.app.stats.connection_closed(why);
+    }
     fn draining(&self) -> bool {
         self.app.is_draining()
     }
