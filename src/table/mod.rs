@@ -289,7 +289,7 @@ pub struct TableMeta {
 #[derive(Clone, Debug)]
 pub struct ResponseMeta<'a> {
     /// when the decision was made
-    pub timestamp: SystemTime,
+    pub timestamp: Timestamp,
     /// the snapshot id, when snapshots are on
     pub snapshot_id: Option<crate::snapshot::SnapshotId>,
     /// whether the snapshot was written (`"recorded": false` follows the id otherwise)
@@ -298,6 +298,31 @@ pub struct ResponseMeta<'a> {
     pub variant_json: Option<&'a str>,
     /// who decided
     pub instance: &'a str,
+}
+
+/// A time as a response writes it: whole seconds and milliseconds since 1970 (0 before), from
+/// one conversion of a `SystemTime` that the decision's snapshot id can share
+/// ([`Timestamp::unix_ms`]) instead of converting the clock again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timestamp {
+    secs: u64,
+    millis: u32,
+}
+
+impl Timestamp {
+    /// Unix milliseconds.
+    #[inline]
+    pub fn unix_ms(self) -> u64 {
+        self.secs.saturating_mul(1000).saturating_add(u64::from(self.millis))
+    }
+}
+
+impl From<SystemTime> for Timestamp {
+    #[inline]
+    fn from(t: SystemTime) -> Timestamp {
+        let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        Timestamp { secs: since.as_secs(), millis: since.subsec_millis() }
+    }
 }
 
 /// The largest table file clef reads: 100,000 rules of a few hundred bytes each fit well.
@@ -489,7 +514,7 @@ impl Table {
         out.push_str(",\"action\":");
         out.push_str(self.action_json(d));
         out.push_str(",\"timestamp\":\"");
-        write_timestamp(meta.timestamp, out);
+        write_time(meta.timestamp, out);
         out.push_str("\",\"table\":");
         out.push_str(&self.name_json);
         out.push_str(",\"version\":\"");
@@ -498,9 +523,10 @@ impl Table {
         if let Some(id) = meta.snapshot_id {
             out.push_str(",\"snapshot_id\":\"");
             id.write_text(out); // hex digits and hyphens: nothing to escape
-            out.push('"');
-            if !meta.recorded {
-                out.push_str(",\"recorded\":false");
+            if meta.recorded {
+                out.push('"');
+            } else {
+                out.push_str("\",\"recorded\":false");
             }
         }
         if let Some(variant) = meta.variant_json {
@@ -555,12 +581,16 @@ impl Table {
 /// Appends `t` as RFC 3339 UTC with milliseconds (`2026-11-30T08:23:45.123Z`).
 /// The part up to the seconds is formatted once per second per thread.
 pub fn write_timestamp(t: SystemTime, out: &mut String) {
+    write_time(Timestamp::from(t), out);
+}
+
+/// [`write_timestamp`] of a time converted already.
+fn write_time(t: Timestamp, out: &mut String) {
     use std::cell::RefCell;
     thread_local! {
         static PREFIX: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
     }
-    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let (secs, millis) = (since.as_secs(), since.subsec_millis());
+    let Timestamp { secs, millis } = t;
     PREFIX.with(|cell| {
         let mut cached = cell.borrow_mut();
         if cached.0 != secs {

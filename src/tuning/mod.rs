@@ -145,7 +145,6 @@ pub struct Live {
     /// every arm's id and texts, baseline first
     arms: Vec<ArmText>,
     generation: u32,
-    slot: usize,
     choices: ChoiceTable,
     /// `traffic × 2^64`, 0 without variants
     threshold: u64,
@@ -315,38 +314,6 @@ impl Tuner {
         self.tables.iter().map(|t| t.name.as_str())
     }
 
-    /// The arms of `name` as decisions use them, when it is tuned and its arms are built.
-    pub fn live(&self, name: &str) -> Option<arc_swap::Guard<Option<Arc<Live>>>> {
-        self.tables.iter().find(|t| t.name == name).map(|t| t.live.load())
-    }
-
-    /// Picks the arm for one decision: a variant for the `traffic` share, by Thompson sampling.
-    #[inline]
-    pub fn choose(&self, live: &Live) -> Choice {
-        if live.variants.is_empty() || self.traffic == 0 {
-            return Choice { arm: 0 };
-        }
-        self.choose_with(live, random_u64(), random_u64())
-    }
-
-    /// [`Tuner::choose`] with its two random numbers given: `coin` decides between the
-    /// baseline and a variant, `pick` which variant (for seeded simulations).
-    pub fn choose_with(&self, live: &Live, coin: u64, pick: u64) -> Choice {
-        if live.variants.is_empty() || (coin >= self.traffic && self.traffic != u64::MAX) {
-            return Choice { arm: 0 };
-        }
-        Choice { arm: 1 + live.choices.pick(pick) }
-    }
-
-    /// `id` tagged with the arm that decided, for `/feedback`.
-    #[inline]
-    pub fn tag(&self, live: &Live, choice: Choice, id: SnapshotId) -> SnapshotId {
-        match live.arms.get(choice.arm) {
-            Some(a) => a.key.tag(id),
-            None => self.tagger.tag(id, Tag { slot: live.slot, arm: choice.arm }, live.generation),
-        }
-    }
-
     /// What a decision by `table` needs to be tuned, when `table` is the version whose arms
     /// are built (see [`Fast`]); `None`: the table is not tuned, or not this version of it.
     #[inline]
@@ -375,20 +342,28 @@ impl Tuner {
     /// tag replaces (see the module doc).
     #[inline]
     pub fn draw(&self, table: &Arc<Table>, base: Baseline, id: SnapshotId) -> Drawn {
+        self.draw_with(table, base, id, random_u64)
+    }
+
+    /// [`Tuner::draw`] with the random number that picks the variant given by `pick` (called
+    /// only when a variant decides): seeded simulations drive the request path with it.
+    #[inline]
+    pub fn draw_with(&self, table: &Arc<Table>, base: Baseline, id: SnapshotId, pick: impl FnOnce() -> u64) -> Drawn {
         let coin = (id.as_u128() as u64) << 32;
         if coin >= base.threshold {
             return Drawn::Baseline(base.key);
         }
-        self.draw_variant(table, base.slot).unwrap_or(Drawn::Baseline(base.key))
+        self.draw_variant(table, base.slot, pick()).unwrap_or(Drawn::Baseline(base.key))
     }
 
-    /// A variant of `table` by Thompson sampling, unless its arms have changed meanwhile.
+    /// A variant of `table` by Thompson sampling with `pick`, unless its arms have changed
+    /// meanwhile.
     #[cold]
-    fn draw_variant(&self, table: &Arc<Table>, slot: usize) -> Option<Drawn> {
+    fn draw_variant(&self, table: &Arc<Table>, slot: usize, pick: u64) -> Option<Drawn> {
         let live = self.tables.get(slot)?.live.load();
         let (choice, key) = {
             let l = live.as_ref().filter(|l| Arc::ptr_eq(&l.baseline, table) && !l.variants.is_empty())?;
-            let choice = Choice { arm: 1 + l.choices.pick(random_u64()) };
+            let choice = Choice { arm: 1 + l.choices.pick(pick) };
             (choice, l.arms.get(choice.arm)?.key)
         };
         Some(Drawn::Variant { live, choice, key })
@@ -643,7 +618,6 @@ impl Tuner {
             variants: built,
             arms: arms_json,
             generation,
-            slot,
             choices,
             threshold,
         })));
@@ -660,7 +634,6 @@ impl Tuner {
             variants: live.variants.clone(),
             arms: live.arms.clone(),
             generation: live.generation,
-            slot,
             choices,
             threshold: live.threshold,
         })));
