@@ -64,8 +64,8 @@ impl SnapshotId {
     /// [`IdText`] would cost).
     #[inline]
     pub fn write_text(self, out: &mut String) {
-        let mut buf = [0u8; 36];
-        out.push_str(uuid::Uuid::from_u128(self.0).hyphenated().encode_lower(&mut buf));
+        let mut buf = [std::mem::MaybeUninit::uninit(); 36];
+        out.push_str(uuid::Uuid::from_u128(self.0).hyphenated().encode_lower_uninit(&mut buf));
     }
 
     /// Reads an id written as 36 characters with hyphens (`0193b3c4-5d6e-7f80-9a1b-2c3d4e5f6a7b`)
@@ -256,12 +256,10 @@ pub fn random_u64() -> u64 {
 /// do: each is one call on the generator).
 #[inline]
 pub(crate) fn with_thread_gen<R>(f: impl FnOnce(&mut IdGen) -> R) -> R {
-    GEN.with(|cell| {
-        let mut g = cell.get().unwrap_or_else(|| IdGen::new(Rng::from_entropy()));
-        let r = f(&mut g);
-        cell.set(Some(g));
-        r
-    })
+    let mut g = GEN.get().unwrap_or_else(|| IdGen::new(Rng::from_entropy()));
+    let r = f(&mut g);
+    GEN.set(Some(g));
+    r
 }
 
 #[cfg(test)]

@@ -313,7 +313,8 @@ impl Timestamp {
     /// Unix milliseconds.
     #[inline]
     pub fn unix_ms(self) -> u64 {
-        self.secs.saturating_mul(1000).saturating_add(u64::from(self.millis))
+        // no overflow before the year 584,000,000
+        self.secs.wrapping_mul(1000).wrapping_add(u64::from(self.millis))
     }
 }
 
@@ -520,18 +521,30 @@ impl Table {
         out.push_str(",\"version\":\"");
         out.push_str(&self.version);
         out.push('"');
-        if let Some(id) = meta.snapshot_id {
-            out.push_str(",\"snapshot_id\":\"");
-            id.write_text(out); // hex digits and hyphens: nothing to escape
-            if meta.recorded {
-                out.push('"');
-            } else {
-                out.push_str("\",\"recorded\":false");
+        // the constant text between the id and the variant is pushed in one piece: a tuned
+        // decision writes all of these
+        match (meta.snapshot_id, meta.variant_json) {
+            (Some(id), variant) => {
+                out.push_str(",\"snapshot_id\":\"");
+                id.write_text(out); // hex digits and hyphens: nothing to escape
+                match (meta.recorded, variant) {
+                    (true, None) => out.push('"'),
+                    (false, None) => out.push_str("\",\"recorded\":false"),
+                    (true, Some(v)) => {
+                        out.push_str("\",\"variant\":");
+                        out.push_str(v);
+                    }
+                    (false, Some(v)) => {
+                        out.push_str("\",\"recorded\":false,\"variant\":");
+                        out.push_str(v);
+                    }
+                }
             }
-        }
-        if let Some(variant) = meta.variant_json {
-            out.push_str(",\"variant\":");
-            out.push_str(variant);
+            (None, Some(v)) => {
+                out.push_str(",\"variant\":");
+                out.push_str(v);
+            }
+            (None, None) => {}
         }
         out.push_str(",\"instance\":");
         write_json_string(meta.instance, out);

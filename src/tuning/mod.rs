@@ -111,26 +111,20 @@ pub struct Baseline {
     threshold: u64,
 }
 
-/// The arm that makes one tuned decision, drawn by [`Tuner::draw`].
-pub enum Drawn {
-    /// the baseline (the table as served)
-    Baseline(ArmKey),
-    /// a variant, with the arms it is one of
-    Variant {
-        /// the arms, as loaded
-        live: arc_swap::Guard<Option<Arc<Live>>>,
-        /// which
-        choice: Choice,
-        /// its tag key
-        key: ArmKey,
-    },
+/// The arm that makes one tuned decision, drawn by [`Tuner::draw`]. The tag key is in the
+/// same place whichever arm it is, so that tagging the id reads it without a branch.
+pub struct Drawn {
+    /// the drawn arm's tag key
+    key: ArmKey,
+    /// a variant, with the arms it is one of (`None`: the baseline, the table as served)
+    variant: Option<(arc_swap::Guard<Option<Arc<Live>>>, Choice)>,
 }
 
 impl std::fmt::Debug for Drawn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Drawn::Baseline(_) => f.write_str("Baseline"),
-            Drawn::Variant { choice, .. } => write!(f, "Variant({})", choice.arm),
+        match &self.variant {
+            None => f.write_str("Baseline"),
+            Some((_, choice)) => write!(f, "Variant({})", choice.arm),
         }
     }
 }
@@ -351,9 +345,9 @@ impl Tuner {
     pub fn draw_with(&self, table: &Arc<Table>, base: Baseline, id: SnapshotId, pick: impl FnOnce() -> u64) -> Drawn {
         let coin = (id.as_u128() as u64) << 32;
         if coin >= base.threshold {
-            return Drawn::Baseline(base.key);
+            return Drawn { key: base.key, variant: None };
         }
-        self.draw_variant(table, base.slot, pick()).unwrap_or(Drawn::Baseline(base.key))
+        self.draw_variant(table, base.slot, pick()).unwrap_or(Drawn { key: base.key, variant: None })
     }
 
     /// A variant of `table` by Thompson sampling with `pick`, unless its arms have changed
@@ -366,7 +360,7 @@ impl Tuner {
             let choice = Choice { arm: 1 + l.choices.pick(pick) };
             (choice, l.arms.get(choice.arm)?.key)
         };
-        Some(Drawn::Variant { live, choice, key })
+        Some(Drawn { key, variant: Some((live, choice)) })
     }
 
     /// Takes `POST /feedback`'s body: `{"snapshot_id": "…", "reward": 1}`. Answers the JSON to
@@ -852,35 +846,31 @@ impl Drawn {
     /// The table the drawn arm decides with (`baseline` for the baseline).
     #[inline]
     pub fn table<'a>(&'a self, baseline: &'a Table) -> &'a Table {
-        match self {
-            Drawn::Baseline(_) => baseline,
-            Drawn::Variant { live, choice, .. } => live.as_ref().map_or(baseline, |l| l.table(*choice)),
+        match &self.variant {
+            None => baseline,
+            Some((live, choice)) => live.as_ref().map_or(baseline, |l| l.table(*choice)),
         }
     }
 
     /// `id` tagged with the drawn arm, for `/feedback`.
     #[inline]
     pub fn tag(&self, id: SnapshotId) -> SnapshotId {
-        match self {
-            Drawn::Baseline(key) | Drawn::Variant { key, .. } => key.tag(id),
-        }
+        self.key.tag(id)
     }
 
     /// The arm's id as a JSON string (`"baseline"`, `"v1"`).
     #[inline]
     pub fn id_json(&self) -> &str {
-        match self {
-            Drawn::Baseline(_) => "\"baseline\"",
-            Drawn::Variant { live, choice, .. } => live.as_ref().map_or("\"baseline\"", |l| l.arm_id_json(*choice)),
+        match &self.variant {
+            None => "\"baseline\"",
+            Some((live, choice)) => live.as_ref().map_or("\"baseline\"", |l| l.arm_id_json(*choice)),
         }
     }
 
     /// A variant's id and parameter values as JSON, for its snapshot (`None`: the baseline).
     pub fn variant(&self) -> Option<(&str, &str)> {
-        match self {
-            Drawn::Baseline(_) => None,
-            Drawn::Variant { live, choice, .. } => live.as_ref().map(|l| l.arm(*choice)),
-        }
+        let (live, choice) = self.variant.as_ref()?;
+        live.as_ref().map(|l| l.arm(*choice))
     }
 }
 
