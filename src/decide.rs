@@ -18,10 +18,11 @@ use crate::expr::json::write_value;
 use crate::expr::value::Value;
 use crate::input::InputError;
 use crate::metrics::{worker_stripe, ShadowCount, STRIPES};
+use crate::snapshot::id::next_id_at_ms;
 use crate::snapshot::{Event, Recorder, Shadow, SnapshotId, Variant};
 use crate::suggest::did_you_mean;
 use crate::table::registry::{Entry, Tables};
-use crate::table::{Decision, ResponseMeta, Table};
+use crate::table::{Decision, ResponseMeta, Table, Timestamp};
 use crate::tuning::Tuner;
 
 /// Why a request got no decision.
@@ -139,7 +140,7 @@ impl Default for Options<'_> {
 pub fn decide(table: &Table, body: &[u8], options: &Options<'_>, out: &mut String) -> Result<Decision, InputError> {
     let decision = table.decide(body, options.explain)?;
     let meta = ResponseMeta {
-        timestamp: SystemTime::now(),
+        timestamp: SystemTime::now().into(),
         snapshot_id: None,
         recorded: true,
         variant_json: None,
@@ -182,9 +183,13 @@ pub fn decide_staged<'t>(
     // random bits are the traffic coin
     let tuned = stages.tuner.as_ref().and_then(|t| Some((t, t.baseline_of(table)?)));
     let timestamp = SystemTime::now();
-    let untagged = tuned.map(|_| crate::snapshot::next_id_at(timestamp));
-    let drawn = tuned.zip(untagged).map(|((tuner, base), id)| tuner.draw(table, base, id));
-    let decider: &Table = drawn.as_ref().map_or(&**table, |d| d.table(table));
+    // converted once, for the response and the id
+    let time = Timestamp::from(timestamp);
+    let drawn = tuned.map(|(tuner, base)| {
+        let untagged = next_id_at_ms(time.unix_ms());
+        (tuner.draw(table, base, untagged), untagged)
+    });
+    let decider: &Table = drawn.as_ref().map_or(&**table, |(d, _)| d.table(table));
     let started = Instant::now();
     let mut result = decider.decide(body, options.explain);
     let latency_ns = started.elapsed().as_nanos() as u64;
@@ -195,9 +200,9 @@ pub fn decide_staged<'t>(
         return Decided { entry, table, result, latency_ns, snapshot: None };
     };
     let shadow = stages.shadow_for(tables, table, decision, body);
-    let snapshot = match (&drawn, untagged) {
-        (Some(d), Some(id)) => Some(d.tag(id)),
-        _ => stages.recorder.is_some().then(|| crate::snapshot::next_id_at(timestamp)),
+    let snapshot = match &drawn {
+        Some((d, untagged)) => Some(d.tag(*untagged)),
+        None => stages.recorder.is_some().then(|| next_id_at_ms(time.unix_ms())),
     };
     let mut recorded = stages.recorder.is_some() || snapshot.is_none();
     if let (Some(recorder), Some(id)) = (&stages.recorder, snapshot) {
@@ -207,14 +212,15 @@ pub fn decide_staged<'t>(
         event.latency_ns = latency_ns;
         event.traceparent = options.traceparent;
         event.shadow = shadow.as_ref().map(|(t, d, agrees)| Shadow { table: t, decision: d, agrees: *agrees });
-        event.variant = drawn.as_ref().and_then(|d| d.variant()).map(|(id, params_json)| Variant { id, params_json });
+        event.variant =
+            drawn.as_ref().and_then(|(d, _)| d.variant()).map(|(id, params_json)| Variant { id, params_json });
         recorded = recorder.record_as(id, &event) == crate::snapshot::Status::Recorded;
     }
     let meta = ResponseMeta {
-        timestamp,
+        timestamp: time,
         snapshot_id: snapshot,
         recorded,
-        variant_json: drawn.as_ref().map(|d| d.id_json()),
+        variant_json: drawn.as_ref().map(|(d, _)| d.id_json()),
         instance: options.instance,
     };
     table.write_decision(decision, &meta, out);

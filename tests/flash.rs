@@ -62,7 +62,7 @@ fn decide(t: &Table, input: &str) -> (Json, bool, Json) {
 fn response(t: &Table, input: &str, explain: bool) -> Json {
     let d = t.decide(input.as_bytes(), explain).unwrap();
     let meta = clef::table::ResponseMeta {
-        timestamp: std::time::SystemTime::now(),
+        timestamp: std::time::SystemTime::now().into(),
         snapshot_id: None,
         recorded: true,
         variant_json: None,

@@ -26,7 +26,7 @@ fn answer(table: &Table, input: &Json) -> Json {
     let d = table.decide(input.to_string().as_bytes(), false).expect("a decision");
     let mut out = String::new();
     let meta = ResponseMeta {
-        timestamp: SystemTime::UNIX_EPOCH,
+        timestamp: SystemTime::UNIX_EPOCH.into(),
         snapshot_id: None,
         recorded: true,
         variant_json: None,

@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use clef::snapshot::next_id;
+use clef::snapshot::{next_id, SnapshotId};
 use clef::table::{Limits, Table};
 use clef::tuning::{Tuner, TuningConfig};
 use rand::rngs::SmallRng;
@@ -37,6 +37,28 @@ fn config() -> TuningConfig {
     }
 }
 
+/// `id` with `bits` as its 32 random bits (the traffic coin of a tuned decision).
+fn with_random_bits(id: SnapshotId, bits: u32) -> SnapshotId {
+    SnapshotId::from_u128((id.as_u128() & !0xffff_ffff) | u128::from(bits))
+}
+
+/// `id` tagged as the request path tags a decision of `served` with it: by the arm its
+/// random bits draw.
+fn tagged(tuner: &Tuner, served: &Arc<Table>, id: SnapshotId) -> SnapshotId {
+    let base = tuner.baseline_of(served).expect("tuned");
+    tuner.draw(served, base, id).tag(id)
+}
+
+/// `id` tagged as a decision of the baseline of `served` (random bits that no traffic share
+/// below 100% sends to a variant).
+fn tagged_baseline(tuner: &Tuner, served: &Arc<Table>, id: SnapshotId) -> SnapshotId {
+    let id = with_random_bits(id, u32::MAX);
+    let base = tuner.baseline_of(served).expect("tuned");
+    let drawn = tuner.draw(served, base, id);
+    assert!(drawn.variant().is_none(), "{drawn:?}");
+    drawn.tag(id)
+}
+
 /// What one run saw.
 struct Run {
     /// feedbacks sent when a variant was first marked ready, and which
@@ -55,16 +77,29 @@ fn run(seed: u64, decisions: usize, success: impl Fn(i64) -> f64) -> Run {
     tuner.tick(serving, &mut tick_rng);
     let mut first_ready = None;
     for n in 1..=decisions {
-        let guard = tuner.live("pay").expect("tuned");
-        let live = guard.as_ref().expect("arms are built");
-        let choice = tuner.choose_with(live, rng.random(), rng.random());
-        let decider = live.table(choice);
+        // the request path's draw, seeded: the coin is the id's random bits (the top half of
+        // a seeded number, so that against the 50% threshold it decides as the whole number
+        // would), then the variant's pick
+        let base = tuner.baseline_of(&served).expect("tuned, with its arms built");
+        let coin: u64 = rng.random();
+        let pick: u64 = rng.random();
+        let id = with_random_bits(next_id(), (coin >> 32) as u32);
+        let drawn = tuner.draw_with(&served, base, id, || pick);
+        let decider = drawn.table(&served);
         // the arm's table is the one that decides: its limit is the arm's
         let limit = decider.params.as_ref().unwrap()["limit"]["value"].as_i64().unwrap();
-        let (arm_id, params) = live.arm(choice);
-        assert_eq!(serde_json::from_str::<Json>(params).unwrap()["limit"], limit, "{arm_id}");
-        let id = tuner.tag(live, choice, next_id());
-        drop(guard);
+        match drawn.variant() {
+            Some((arm_id, params)) => {
+                assert_eq!(serde_json::from_str::<Json>(params).unwrap()["limit"], limit, "{arm_id}");
+                assert_eq!(coin >> 63, 0, "{arm_id} decided on a coin outside the traffic share");
+            }
+            None => {
+                assert!(std::ptr::eq(decider, &*served), "the baseline is the table as served");
+                assert_eq!(coin >> 63, 1, "the baseline decided on a coin within the traffic share");
+            }
+        }
+        let id = drawn.tag(id);
+        drop(drawn);
         let reward = u8::from(rng.random::<f64>() < success(limit));
         let body = format!(r#"{{"snapshot_id": "{id}", "reward": {reward}}}"#);
         let answer: Json = serde_json::from_str(&tuner.feedback(body.as_bytes()).unwrap()).unwrap();
@@ -111,9 +146,7 @@ fn feedback_is_validated_and_counted_once() {
     let tuner = Tuner::new(&config(), state.path()).unwrap();
     let served = table();
     tuner.tick(|name: &str| (name == "pay").then(|| served.clone()), &mut SmallRng::seed_from_u64(1));
-    let guard = tuner.live("pay").unwrap();
-    let live = guard.as_ref().unwrap();
-    let id = tuner.tag(live, tuner.choose(live), next_id());
+    let id = tagged(&tuner, &served, next_id());
     let send = |body: String| tuner.feedback(body.as_bytes());
     let ok: Json = serde_json::from_str(&send(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#)).unwrap()).unwrap();
     assert_eq!(ok["counted"], true);
@@ -135,7 +168,7 @@ fn feedback_is_validated_and_counted_once() {
     let now_ms = clef::snapshot::id::unix_ms(std::time::SystemTime::now());
     let old_ms = u128::from(now_ms - 90_000_000);
     let old = clef::snapshot::SnapshotId::from_u128((old_ms << 80) | (0x7 << 76) | (0b10 << 62) | (12_345 << 32));
-    let old = tuner.tag(live, tuner.choose(live), old);
+    let old = tagged(&tuner, &served, old);
     let e = send(format!(r#"{{"snapshot_id": "{old}", "reward": 0}}"#)).unwrap_err();
     assert_eq!((e.status(), e.code()), (404, "unknown_snapshot"));
     assert!(e.to_string().contains("older"), "{e}");
@@ -152,13 +185,11 @@ fn rewards_survive_a_restart_and_reset_when_the_rules_change() {
     let id = {
         let tuner = Tuner::new(&config(), state.path()).unwrap();
         tuner.tick(|n: &str| (n == "pay").then(|| served.clone()), &mut SmallRng::seed_from_u64(1));
-        let guard = tuner.live("pay").unwrap();
-        let live = guard.as_ref().unwrap();
         for _ in 0..10 {
-            let id = tuner.tag(live, clef::tuning::Choice { arm: 0 }, next_id());
+            let id = tagged_baseline(&tuner, &served, next_id());
             tuner.feedback(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#).as_bytes()).unwrap();
         }
-        let id = tuner.tag(live, clef::tuning::Choice { arm: 0 }, next_id());
+        let id = tagged_baseline(&tuner, &served, next_id());
         tuner.save();
         id
     };

@@ -21,7 +21,7 @@
 // into each line: indexes into fixed-size arrays by positions the loop bounds keep in range.
 #![allow(clippy::indexing_slicing)]
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::str::FromStr;
@@ -64,8 +64,8 @@ impl SnapshotId {
     /// [`IdText`] would cost).
     #[inline]
     pub fn write_text(self, out: &mut String) {
-        let mut buf = [0u8; 36];
-        out.push_str(uuid::Uuid::from_u128(self.0).hyphenated().encode_lower(&mut buf));
+        let mut buf = [std::mem::MaybeUninit::uninit(); 36];
+        out.push_str(uuid::Uuid::from_u128(self.0).hyphenated().encode_lower_uninit(&mut buf));
     }
 
     /// Reads an id written as 36 characters with hyphens (`0193b3c4-5d6e-7f80-9a1b-2c3d4e5f6a7b`)
@@ -139,7 +139,7 @@ impl fmt::Debug for IdText {
 
 /// A small fast random generator (wyrand): for the random bits of ids and for sampling, where
 /// speed matters and unpredictability to an attacker does not.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Rng(u64);
 
 impl Rng {
@@ -167,7 +167,7 @@ impl Rng {
 
 /// One thread's id generator. The clock is the caller's: [`IdGen::next`] takes the time, so
 /// tests can step it back.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct IdGen {
     last_ms: u64,
     counter: u64,
@@ -209,19 +209,34 @@ impl IdGen {
 }
 
 thread_local! {
-    static GEN: RefCell<IdGen> = RefCell::new(IdGen::new(Rng::from_entropy()));
+    // A `Cell` of a `Copy` value with a constant start: reading it is a plain load, with
+    // neither a lazy-initialisation check nor a borrow flag (the generator is seeded on first use).
+    static GEN: Cell<Option<IdGen>> = const { Cell::new(None) };
 }
 
 /// Unix milliseconds of `t` (0 before 1970).
 #[inline]
 pub fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    t.duration_since(SystemTime::UNIX_EPOCH).map(duration_ms).unwrap_or(0)
+}
+
+/// Whole milliseconds of `d` (in u64 arithmetic: `as_millis` would multiply in 128 bits).
+#[inline]
+fn duration_ms(d: std::time::Duration) -> u64 {
+    d.as_secs().saturating_mul(1000).saturating_add(u64::from(d.subsec_millis()))
 }
 
 /// A new id from this thread's generator, for a decision made at `t`.
 #[inline]
 pub fn next_id_at(t: SystemTime) -> SnapshotId {
-    with_thread_gen(|g| g.next(unix_ms(t)))
+    next_id_at_ms(unix_ms(t))
+}
+
+/// A new id from this thread's generator, for a decision made at `now_ms` (unix milliseconds):
+/// for callers that have the time converted already (the response writes it too).
+#[inline]
+pub fn next_id_at_ms(now_ms: u64) -> SnapshotId {
+    with_thread_gen(|g| g.next(now_ms))
 }
 
 /// A new id from this thread's generator, now. Decisions that are not recorded (snapshots off,
@@ -236,10 +251,15 @@ pub fn random_u64() -> u64 {
     with_thread_gen(|g| g.rng().next_u64())
 }
 
-/// Runs `f` with this thread's generator (ids and sampling share it).
+/// Runs `f` with this thread's generator (ids and sampling share it). `f` works on a copy that
+/// is stored back when it returns, so it must not call this again (none of its callers' closures
+/// do: each is one call on the generator).
 #[inline]
 pub(crate) fn with_thread_gen<R>(f: impl FnOnce(&mut IdGen) -> R) -> R {
-    GEN.with(|g| f(&mut g.borrow_mut()))
+    let mut g = GEN.get().unwrap_or_else(|| IdGen::new(Rng::from_entropy()));
+    let r = f(&mut g);
+    GEN.set(Some(g));
+    r
 }
 
 #[cfg(test)]

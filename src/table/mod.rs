@@ -289,7 +289,7 @@ pub struct TableMeta {
 #[derive(Clone, Debug)]
 pub struct ResponseMeta<'a> {
     /// when the decision was made
-    pub timestamp: SystemTime,
+    pub timestamp: Timestamp,
     /// the snapshot id, when snapshots are on
     pub snapshot_id: Option<crate::snapshot::SnapshotId>,
     /// whether the snapshot was written (`"recorded": false` follows the id otherwise)
@@ -298,6 +298,32 @@ pub struct ResponseMeta<'a> {
     pub variant_json: Option<&'a str>,
     /// who decided
     pub instance: &'a str,
+}
+
+/// A time as a response writes it: whole seconds and milliseconds since 1970 (0 before), from
+/// one conversion of a `SystemTime` that the decision's snapshot id can share
+/// ([`Timestamp::unix_ms`]) instead of converting the clock again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timestamp {
+    secs: u64,
+    millis: u32,
+}
+
+impl Timestamp {
+    /// Unix milliseconds.
+    #[inline]
+    pub fn unix_ms(self) -> u64 {
+        // no overflow before the year 584,000,000
+        self.secs.wrapping_mul(1000).wrapping_add(u64::from(self.millis))
+    }
+}
+
+impl From<SystemTime> for Timestamp {
+    #[inline]
+    fn from(t: SystemTime) -> Timestamp {
+        let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        Timestamp { secs: since.as_secs(), millis: since.subsec_millis() }
+    }
 }
 
 /// The largest table file clef reads: 100,000 rules of a few hundred bytes each fit well.
@@ -489,23 +515,36 @@ impl Table {
         out.push_str(",\"action\":");
         out.push_str(self.action_json(d));
         out.push_str(",\"timestamp\":\"");
-        write_timestamp(meta.timestamp, out);
+        write_time(meta.timestamp, out);
         out.push_str("\",\"table\":");
         out.push_str(&self.name_json);
         out.push_str(",\"version\":\"");
         out.push_str(&self.version);
         out.push('"');
-        if let Some(id) = meta.snapshot_id {
-            out.push_str(",\"snapshot_id\":\"");
-            id.write_text(out); // hex digits and hyphens: nothing to escape
-            out.push('"');
-            if !meta.recorded {
-                out.push_str(",\"recorded\":false");
+        // the constant text between the id and the variant is pushed in one piece: a tuned
+        // decision writes all of these
+        match (meta.snapshot_id, meta.variant_json) {
+            (Some(id), variant) => {
+                out.push_str(",\"snapshot_id\":\"");
+                id.write_text(out); // hex digits and hyphens: nothing to escape
+                match (meta.recorded, variant) {
+                    (true, None) => out.push('"'),
+                    (false, None) => out.push_str("\",\"recorded\":false"),
+                    (true, Some(v)) => {
+                        out.push_str("\",\"variant\":");
+                        out.push_str(v);
+                    }
+                    (false, Some(v)) => {
+                        out.push_str("\",\"recorded\":false,\"variant\":");
+                        out.push_str(v);
+                    }
+                }
             }
-        }
-        if let Some(variant) = meta.variant_json {
-            out.push_str(",\"variant\":");
-            out.push_str(variant);
+            (None, Some(v)) => {
+                out.push_str(",\"variant\":");
+                out.push_str(v);
+            }
+            (None, None) => {}
         }
         out.push_str(",\"instance\":");
         write_json_string(meta.instance, out);
@@ -555,12 +594,16 @@ impl Table {
 /// Appends `t` as RFC 3339 UTC with milliseconds (`2026-11-30T08:23:45.123Z`).
 /// The part up to the seconds is formatted once per second per thread.
 pub fn write_timestamp(t: SystemTime, out: &mut String) {
+    write_time(Timestamp::from(t), out);
+}
+
+/// [`write_timestamp`] of a time converted already.
+fn write_time(t: Timestamp, out: &mut String) {
     use std::cell::RefCell;
     thread_local! {
         static PREFIX: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
     }
-    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let (secs, millis) = (since.as_secs(), since.subsec_millis());
+    let Timestamp { secs, millis } = t;
     PREFIX.with(|cell| {
         let mut cached = cell.borrow_mut();
         if cached.0 != secs {

@@ -111,26 +111,20 @@ pub struct Baseline {
     threshold: u64,
 }
 
-/// The arm that makes one tuned decision, drawn by [`Tuner::draw`].
-pub enum Drawn {
-    /// the baseline (the table as served)
-    Baseline(ArmKey),
-    /// a variant, with the arms it is one of
-    Variant {
-        /// the arms, as loaded
-        live: arc_swap::Guard<Option<Arc<Live>>>,
-        /// which
-        choice: Choice,
-        /// its tag key
-        key: ArmKey,
-    },
+/// The arm that makes one tuned decision, drawn by [`Tuner::draw`]. The tag key is in the
+/// same place whichever arm it is, so that tagging the id reads it without a branch.
+pub struct Drawn {
+    /// the drawn arm's tag key
+    key: ArmKey,
+    /// a variant, with the arms it is one of (`None`: the baseline, the table as served)
+    variant: Option<(arc_swap::Guard<Option<Arc<Live>>>, Choice)>,
 }
 
 impl std::fmt::Debug for Drawn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Drawn::Baseline(_) => f.write_str("Baseline"),
-            Drawn::Variant { choice, .. } => write!(f, "Variant({})", choice.arm),
+        match &self.variant {
+            None => f.write_str("Baseline"),
+            Some((_, choice)) => write!(f, "Variant({})", choice.arm),
         }
     }
 }
@@ -145,7 +139,6 @@ pub struct Live {
     /// every arm's id and texts, baseline first
     arms: Vec<ArmText>,
     generation: u32,
-    slot: usize,
     choices: ChoiceTable,
     /// `traffic × 2^64`, 0 without variants
     threshold: u64,
@@ -315,38 +308,6 @@ impl Tuner {
         self.tables.iter().map(|t| t.name.as_str())
     }
 
-    /// The arms of `name` as decisions use them, when it is tuned and its arms are built.
-    pub fn live(&self, name: &str) -> Option<arc_swap::Guard<Option<Arc<Live>>>> {
-        self.tables.iter().find(|t| t.name == name).map(|t| t.live.load())
-    }
-
-    /// Picks the arm for one decision: a variant for the `traffic` share, by Thompson sampling.
-    #[inline]
-    pub fn choose(&self, live: &Live) -> Choice {
-        if live.variants.is_empty() || self.traffic == 0 {
-            return Choice { arm: 0 };
-        }
-        self.choose_with(live, random_u64(), random_u64())
-    }
-
-    /// [`Tuner::choose`] with its two random numbers given: `coin` decides between the
-    /// baseline and a variant, `pick` which variant (for seeded simulations).
-    pub fn choose_with(&self, live: &Live, coin: u64, pick: u64) -> Choice {
-        if live.variants.is_empty() || (coin >= self.traffic && self.traffic != u64::MAX) {
-            return Choice { arm: 0 };
-        }
-        Choice { arm: 1 + live.choices.pick(pick) }
-    }
-
-    /// `id` tagged with the arm that decided, for `/feedback`.
-    #[inline]
-    pub fn tag(&self, live: &Live, choice: Choice, id: SnapshotId) -> SnapshotId {
-        match live.arms.get(choice.arm) {
-            Some(a) => a.key.tag(id),
-            None => self.tagger.tag(id, Tag { slot: live.slot, arm: choice.arm }, live.generation),
-        }
-    }
-
     /// What a decision by `table` needs to be tuned, when `table` is the version whose arms
     /// are built (see [`Fast`]); `None`: the table is not tuned, or not this version of it.
     #[inline]
@@ -375,23 +336,31 @@ impl Tuner {
     /// tag replaces (see the module doc).
     #[inline]
     pub fn draw(&self, table: &Arc<Table>, base: Baseline, id: SnapshotId) -> Drawn {
-        let coin = (id.as_u128() as u64) << 32;
-        if coin >= base.threshold {
-            return Drawn::Baseline(base.key);
-        }
-        self.draw_variant(table, base.slot).unwrap_or(Drawn::Baseline(base.key))
+        self.draw_with(table, base, id, random_u64)
     }
 
-    /// A variant of `table` by Thompson sampling, unless its arms have changed meanwhile.
+    /// [`Tuner::draw`] with the random number that picks the variant given by `pick` (called
+    /// only when a variant decides): seeded simulations drive the request path with it.
+    #[inline]
+    pub fn draw_with(&self, table: &Arc<Table>, base: Baseline, id: SnapshotId, pick: impl FnOnce() -> u64) -> Drawn {
+        let coin = (id.as_u128() as u64) << 32;
+        if coin >= base.threshold {
+            return Drawn { key: base.key, variant: None };
+        }
+        self.draw_variant(table, base.slot, pick()).unwrap_or(Drawn { key: base.key, variant: None })
+    }
+
+    /// A variant of `table` by Thompson sampling with `pick`, unless its arms have changed
+    /// meanwhile.
     #[cold]
-    fn draw_variant(&self, table: &Arc<Table>, slot: usize) -> Option<Drawn> {
+    fn draw_variant(&self, table: &Arc<Table>, slot: usize, pick: u64) -> Option<Drawn> {
         let live = self.tables.get(slot)?.live.load();
         let (choice, key) = {
             let l = live.as_ref().filter(|l| Arc::ptr_eq(&l.baseline, table) && !l.variants.is_empty())?;
-            let choice = Choice { arm: 1 + l.choices.pick(random_u64()) };
+            let choice = Choice { arm: 1 + l.choices.pick(pick) };
             (choice, l.arms.get(choice.arm)?.key)
         };
-        Some(Drawn::Variant { live, choice, key })
+        Some(Drawn { key, variant: Some((live, choice)) })
     }
 
     /// Takes `POST /feedback`'s body: `{"snapshot_id": "…", "reward": 1}`. Answers the JSON to
@@ -643,7 +612,6 @@ impl Tuner {
             variants: built,
             arms: arms_json,
             generation,
-            slot,
             choices,
             threshold,
         })));
@@ -660,7 +628,6 @@ impl Tuner {
             variants: live.variants.clone(),
             arms: live.arms.clone(),
             generation: live.generation,
-            slot,
             choices,
             threshold: live.threshold,
         })));
@@ -879,35 +846,31 @@ impl Drawn {
     /// The table the drawn arm decides with (`baseline` for the baseline).
     #[inline]
     pub fn table<'a>(&'a self, baseline: &'a Table) -> &'a Table {
-        match self {
-            Drawn::Baseline(_) => baseline,
-            Drawn::Variant { live, choice, .. } => live.as_ref().map_or(baseline, |l| l.table(*choice)),
+        match &self.variant {
+            None => baseline,
+            Some((live, choice)) => live.as_ref().map_or(baseline, |l| l.table(*choice)),
         }
     }
 
     /// `id` tagged with the drawn arm, for `/feedback`.
     #[inline]
     pub fn tag(&self, id: SnapshotId) -> SnapshotId {
-        match self {
-            Drawn::Baseline(key) | Drawn::Variant { key, .. } => key.tag(id),
-        }
+        self.key.tag(id)
     }
 
     /// The arm's id as a JSON string (`"baseline"`, `"v1"`).
     #[inline]
     pub fn id_json(&self) -> &str {
-        match self {
-            Drawn::Baseline(_) => "\"baseline\"",
-            Drawn::Variant { live, choice, .. } => live.as_ref().map_or("\"baseline\"", |l| l.arm_id_json(*choice)),
+        match &self.variant {
+            None => "\"baseline\"",
+            Some((live, choice)) => live.as_ref().map_or("\"baseline\"", |l| l.arm_id_json(*choice)),
         }
     }
 
     /// A variant's id and parameter values as JSON, for its snapshot (`None`: the baseline).
     pub fn variant(&self) -> Option<(&str, &str)> {
-        match self {
-            Drawn::Baseline(_) => None,
-            Drawn::Variant { live, choice, .. } => live.as_ref().map(|l| l.arm(*choice)),
-        }
+        let (live, choice) = self.variant.as_ref()?;
+        live.as_ref().map(|l| l.arm(*choice))
     }
 }
 
