@@ -188,7 +188,7 @@ fn remaining(deadline: Instant) -> Result<Duration, ClientError> {
 /// socket's timeout is a system call; rounded so, the timeout stays the same from one exchange
 /// to the next on a kept connection (each gets the same forward timeout) and within most
 /// exchanges, so it is set again only when it changes. No operation outlasts the deadline; an
-/// exchange may time out up to a 32nd early.
+/// exchange may time out up to a 32nd of its timeout plus a millisecond early.
 fn op_timeout(deadline: Instant) -> Result<Duration, ClientError> {
     let left = remaining(deadline)?;
     let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
@@ -224,13 +224,23 @@ struct Io {
 
 impl Io {
     fn set_write_timeout(&mut self, timeout: Duration) -> io::Result<()> {
-        if self.write_timeout != Some(timeout) {
-            self.write_timeout = None;
-            self.stream.set_write_timeout(Some(timeout))?;
-            self.write_timeout = Some(timeout);
-        }
-        Ok(())
+        set_unless_set(&mut self.write_timeout, timeout, |t| self.stream.set_write_timeout(t))
     }
+}
+
+/// Gives the socket `timeout` through `set` unless `last` says it has it already; `last` is
+/// unknown (`None`) while a setting fails.
+fn set_unless_set(
+    last: &mut Option<Duration>,
+    timeout: Duration,
+    set: impl FnOnce(Option<Duration>) -> io::Result<()>,
+) -> io::Result<()> {
+    if *last != Some(timeout) {
+        *last = None;
+        set(Some(timeout))?;
+        *last = Some(timeout);
+    }
+    Ok(())
 }
 
 impl Read for Io {
@@ -241,12 +251,7 @@ impl Read for Io {
 
 impl Timed for Io {
     fn set_timeout(&mut self, timeout: Duration) -> io::Result<()> {
-        if self.read_timeout != Some(timeout) {
-            self.read_timeout = None;
-            self.stream.set_read_timeout(Some(timeout))?;
-            self.read_timeout = Some(timeout);
-        }
-        Ok(())
+        set_unless_set(&mut self.read_timeout, timeout, |t| self.stream.set_read_timeout(t))
     }
 }
 
