@@ -27,12 +27,12 @@
 //! first point at or above `j << (32 − b)`. A key's successor is that point or one of the few
 //! after it (points are hash values, spread evenly). The scan stops at the first point at or
 //! above the key's, which can be no later than the next bucket's start, so the answer is exactly
-//! the binary search's: two cache lines per lookup, whatever `n` is.
+//! the binary search's: two cache lines per lookup, whatever `n` is. The retry, the first other
+//! instance clockwise, is worked out per point when the ring is built, so a lookup walks no
+//! further than the key's own point.
 // The alias and ring tables are built together with the instance arrays they index (same
 // length, never empty when consulted): an index into them is in bounds by construction.
 #![allow(clippy::indexing_slicing)]
-
-use std::sync::Arc;
 
 /// One candidate, as the table is built from it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -182,13 +182,27 @@ fn threshold(p: f64) -> u16 {
 /// same instances, and kept from one publication to the next while they stay the same.
 #[derive(Debug)]
 pub(crate) struct Ring {
-    /// (point, instance), sorted; 32-bit points keep 16,000 of them in 128 KB
-    points: Box<[(u32, u32)]>,
+    /// sorted by point; 8 bytes each keep 16,000 of them in 128 KB
+    points: Box<[RingPoint]>,
     /// per bucket, the position of the first point at or above its lower bound
     starts: Box<[u32]>,
     /// a point's bucket is `point >> shift`
     shift: u32,
 }
+
+/// One point of a ring: where it is, whose it is, and the first other instance clockwise after
+/// it (the retry), worked out when the ring is built so that a lookup reads one entry and
+/// walks no further, however many instances there are.
+#[derive(Debug, Clone, Copy)]
+struct RingPoint {
+    point: u32,
+    instance: u16,
+    /// [`NO_INSTANCE`] when the ring holds only `instance`
+    next_other: u16,
+}
+
+/// No instance: a ring of one instance has no other to retry on.
+const NO_INSTANCE: u16 = u16::MAX;
 
 /// Points per bucket, at most, on average (the bucket count is rounded up to a power of two):
 /// four points are 32 bytes, so a scan mostly stays in the cache line it starts in, and the
@@ -196,21 +210,35 @@ pub(crate) struct Ring {
 const POINTS_PER_BUCKET: usize = 4;
 
 impl Ring {
-    /// The ring of `points` (any order).
-    pub fn new(mut points: Vec<(u32, u32)>) -> Arc<Ring> {
+    /// The ring of `points` (any order), each a (point, instance).
+    pub fn new(mut points: Vec<(u32, u32)>) -> Ring {
         points.sort_unstable();
-        let buckets = points.len().div_ceil(POINTS_PER_BUCKET).next_power_of_two().max(2);
+        let mut points: Vec<RingPoint> = points
+            .into_iter()
+            .map(|(point, instance)| RingPoint { point, instance: instance as u16, next_other: NO_INSTANCE })
+            .collect();
+        // Going backwards round the ring twice: a point's next other instance is the next
+        // point's instance when that differs, else the next point's own next other. The first
+        // round settles every point whose answer lies before the end; the second, those whose
+        // answer lies past the wrap. (All one instance: nothing is set, as it should be.)
+        let n = points.len();
+        for k in (0..2 * n).rev() {
+            let (i, j) = (k % n, (k + 1) % n);
+            let next = points[j];
+            points[i].next_other = if next.instance != points[i].instance { next.instance } else { next.next_other };
+        }
+        let buckets = n.div_ceil(POINTS_PER_BUCKET).next_power_of_two().max(2);
         let shift = 32 - buckets.trailing_zeros();
         let mut starts = Vec::with_capacity(buckets);
         let mut at = 0usize;
         for j in 0..buckets as u64 {
             let low = j << shift;
-            while at < points.len() && u64::from(points[at].0) < low {
+            while at < n && u64::from(points[at].point) < low {
                 at += 1;
             }
             starts.push(at as u32);
         }
-        Arc::new(Ring { points: points.into(), starts: starts.into(), shift })
+        Ring { points: points.into(), starts: starts.into(), shift }
     }
 
     /// The point of a key: its high 32 bits.
@@ -219,25 +247,24 @@ impl Ring {
         (key >> 32) as u32
     }
 
-    /// How many points.
+    /// The instance that owns `key` (the first point at or after the key's, going round) and
+    /// the first other instance clockwise after that point, if the ring has another; `None`
+    /// for an empty ring.
     #[inline]
-    pub fn len(&self) -> usize {
-        self.points.len()
-    }
-
-    /// The instance at position `i` (taken modulo the length: positions go round).
-    #[inline]
-    pub fn instance_at(&self, i: usize) -> u32 {
-        self.points[i % self.points.len()].1
+    pub fn owner(&self, key: u64) -> Option<(u32, Option<u32>)> {
+        let at = self.position(key);
+        let p = self.points.get(at).or_else(|| self.points.first())?;
+        let other = (p.next_other != NO_INSTANCE).then_some(u32::from(p.next_other));
+        Some((u32::from(p.instance), other))
     }
 
     /// The position of the first point at or after `key`'s (the length when there is none:
     /// the ring then goes round to position 0).
     #[inline]
-    pub fn position(&self, key: u64) -> usize {
+    fn position(&self, key: u64) -> usize {
         let point = Ring::point_of(key);
         let mut i = self.starts[(point >> self.shift) as usize] as usize;
-        while i < self.points.len() && self.points[i].0 < point {
+        while i < self.points.len() && self.points[i].point < point {
             i += 1;
         }
         i
@@ -318,11 +345,43 @@ mod tests {
             let points: Vec<(u32, u32)> = (0..n).map(|i| (Ring::point_of(next()), i as u32)).collect();
             let ring = Ring::new(points);
             let mut keys: Vec<u64> = (0..2000).map(|_| next()).collect();
-            let at = |i: usize, d: u64| (u64::from(ring.points[i].0) << 32).wrapping_add(d);
+            let at = |i: usize, d: u64| (u64::from(ring.points[i].point) << 32).wrapping_add(d);
             keys.extend([0, u64::MAX, at(0, 0), at(n - 1, 0), at(n - 1, 1 << 32), at(n / 2, 1), at(n / 2, 1 << 32)]);
             for key in keys {
-                let want = ring.points.partition_point(|&(p, _)| p < Ring::point_of(key));
+                let want = ring.points.partition_point(|p| p.point < Ring::point_of(key));
                 assert_eq!(ring.position(key), want, "{n} points, key {key:#x}");
+            }
+        }
+    }
+
+    /// The owner and retry by walking the points clockwise: what [`Ring::owner`] precomputes.
+    fn walked(ring: &Ring, key: u64) -> Option<(u32, Option<u32>)> {
+        let at = ring.points.partition_point(|p| p.point < Ring::point_of(key));
+        let (before, after) = ring.points.split_at(at);
+        let mut round = after.iter().chain(before).map(|p| u32::from(p.instance));
+        let first = round.next()?;
+        Some((first, round.find(|&i| i != first)))
+    }
+
+    #[test]
+    fn the_precomputed_retry_is_the_next_other_instance_clockwise() {
+        let mut state = 11u64;
+        let mut next = || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            super::super::mix64(state)
+        };
+        // runs of one instance (few instances, many points), across the wrap too
+        for (instances, per) in [(0u64, 0u64), (1, 1), (1, 5), (2, 1), (2, 64), (3, 8), (50, 16), (1000, 16)] {
+            let points: Vec<(u32, u32)> = (0..instances)
+                .flat_map(|i| (0..per).map(move |v| (i, v)))
+                .map(|(i, v)| (Ring::point_of(super::super::mix64(i * 7919 + v * 104_729 + 1)), i as u32))
+                .collect();
+            let ring = Ring::new(points);
+            let mut keys: Vec<u64> = (0..3000).map(|_| next()).collect();
+            keys.extend([0, u64::MAX]);
+            keys.extend(ring.points.iter().map(|p| u64::from(p.point) << 32));
+            for key in keys {
+                assert_eq!(ring.owner(key), walked(&ring, key), "{instances} × {per}, key {key:#x}");
             }
         }
     }

@@ -229,8 +229,8 @@ impl Control {
 struct Candidates {
     /// the candidate instances (healthy or kept), for the weighted draw
     alias: AliasTable,
-    /// for `policy: hash`: the ring over them and `local`
-    ring: Option<Arc<Ring>>,
+    /// for `policy: hash`: the rings over them
+    rings: Option<Arc<Rings>>,
 }
 
 /// What `GET /router` shows of one instance.
@@ -364,10 +364,10 @@ impl InstanceTable {
         // Tables served by the same instances share their candidates; rings (which depend on
         // the instances only, not on their load) are kept from the previous table.
         let hashing = router.config.policy == Policy::Hash;
-        let mut rings: FxHashMap<Vec<u32>, Arc<Ring>> = FxHashMap::default();
+        let mut rings: FxHashMap<Vec<u32>, Arc<Rings>> = FxHashMap::default();
         for c in previous.by_table.values() {
-            if let Some(ring) = &c.ring {
-                rings.entry(c.alias.instances().collect()).or_insert_with(|| ring.clone());
+            if let Some(r) = &c.rings {
+                rings.entry(c.alias.instances().collect()).or_insert_with(|| r.clone());
             }
         }
         let mut shared: FxHashMap<Vec<[u32; 4]>, Arc<Candidates>> = FxHashMap::default();
@@ -376,11 +376,11 @@ impl InstanceTable {
             let candidates = shared
                 .entry(members.iter().map(Member::bits).collect())
                 .or_insert_with(|| {
-                    let ring = hashing.then(|| {
+                    let rings = hashing.then(|| {
                         let instances = members.iter().map(|m| m.instance).collect();
-                        rings.entry(instances).or_insert_with_key(|instances| ring_of(router, instances)).clone()
+                        rings.entry(instances).or_insert_with_key(|instances| Rings::of(router, instances)).clone()
                     });
-                    Arc::new(Candidates { alias: AliasTable::new(&members), ring })
+                    Arc::new(Candidates { alias: AliasTable::new(&members), rings })
                 })
                 .clone();
             by_table.insert(table.into(), candidates);
@@ -414,8 +414,8 @@ impl InstanceTable {
         let Some(candidates) = self.by_table.get(ask.table) else {
             return if ask.local_serves { Plan::Local } else { Plan::Unknown };
         };
-        if let (Some(ring), Some(key)) = (&candidates.ring, ask.key) {
-            return self.plan_by_hash(router, candidates.alias.len(), ring, ask, key);
+        if let (Some(rings), Some(key)) = (&candidates.rings, ask.key) {
+            return self.plan_by_hash(router, rings, ask, key);
         }
         let alias = &candidates.alias;
         if alias.len() == 0 {
@@ -460,35 +460,16 @@ impl InstanceTable {
         }
     }
 
-    /// `policy: hash`: the first eligible instance clockwise from the key's point, the next
-    /// distinct one for the retry. `remotes`: how many remote instances the ring has.
-    fn plan_by_hash(&self, router: &Router, remotes: usize, ring: &Ring, ask: &Ask<'_>, key: u64) -> Plan {
+    /// `policy: hash`: the instance that owns the key on the ring of the instances that may
+    /// decide (`local` among them when it serves the table), and the next other one clockwise
+    /// for the retry.
+    fn plan_by_hash(&self, router: &Router, rings: &Rings, ask: &Ask<'_>, key: u64) -> Plan {
         let local = router.local as u32;
-        let eligible = |i: u32| i != local || ask.local_serves;
-        let start = ring.position(key);
-        let mut picked: [Option<u32>; 2] = [None, None];
-        // with fewer than two eligible instances there is no retry to look for
-        let eligible_count = remotes + usize::from(ask.local_serves);
-        // Expected O(1): points are spread evenly, so another instance's point follows soon.
-        for k in 0..ring.len() {
-            let i = ring.instance_at(start + k);
-            if !eligible(i) || picked[0] == Some(i) {
-                continue;
-            }
-            if picked[0].is_none() {
-                picked[0] = Some(i);
-                if i == local || eligible_count < 2 {
-                    break;
-                }
-            } else {
-                picked[1] = Some(i);
-                break;
-            }
-        }
-        match picked {
-            [None, _] => Plan::NoHealthy,
-            [Some(i), _] if i == local => Plan::Local,
-            [Some(first), retry] => self.forward(first, retry.filter(|&r| r != local), ask.local_serves),
+        let ring = if ask.local_serves { &rings.with_local } else { &rings.remotes };
+        match ring.owner(key) {
+            None => Plan::NoHealthy,
+            Some((first, _)) if first == local => Plan::Local,
+            Some((first, retry)) => self.forward(first, retry.filter(|&r| r != local), ask.local_serves),
         }
     }
 
@@ -498,19 +479,27 @@ impl InstanceTable {
     }
 }
 
-/// The hash ring of `instances` and `local` ([`ring_points`] points each).
-fn ring_of(router: &Router, instances: &[u32]) -> Arc<Ring> {
-    let per_instance = ring_points(router.specs.len());
-    let points = instances
-        .iter()
-        .copied()
-        .chain([router.local as u32])
-        .flat_map(|i| {
+/// A table's hash rings over its candidate instances, [`ring_points`] points each: one with
+/// `local`'s points too, for when it serves the table, one without. Leaving `local`'s points
+/// out is walking past them, so a key goes to the same remote instance either way.
+#[derive(Debug)]
+struct Rings {
+    with_local: Ring,
+    remotes: Ring,
+}
+
+impl Rings {
+    fn of(router: &Router, instances: &[u32]) -> Arc<Rings> {
+        let per_instance = ring_points(router.specs.len());
+        let points_of = |i: u32| {
             let id_hash = router.specs[i as usize].id_hash;
             (0..per_instance).map(move |v| (Ring::point_of(mix64(id_hash ^ mix64(v.wrapping_add(1)))), i))
-        })
-        .collect();
-    Ring::new(points)
+        };
+        let remotes: Vec<(u32, u32)> = instances.iter().copied().flat_map(points_of).collect();
+        let mut with_local = remotes.clone();
+        with_local.extend(points_of(router.local as u32));
+        Arc::new(Rings { with_local: Ring::new(with_local), remotes: Ring::new(remotes) })
+    }
 }
 
 /// 1 until the last successful probe is older than the interval, then down linearly to 0 at
