@@ -7,7 +7,16 @@
 //! decision gets an id either way; nothing is written, so the writer's cost stays out). Tables: the example rule set `search_rewrite` (a tunable threshold) and a
 //! 200-rule Jev table whose last rule reads a tunable parameter.
 //!
-//! Run: `cargo bench --bench tuning`.
+//! Run: `cargo bench --bench tuning`. The machine may be noisy; instruction counts are not:
+//! `TUNING_BENCH_COUNT=pay/snapshots/on:100000` makes the binary skip criterion and decide that
+//! case that many times, so that under `valgrind --tool=callgrind` the difference between a
+//! count of N and of 0, divided by N, is the instructions of one decision:
+//!
+//! ```sh
+//! B=$(ls -t target/release/deps/tuning-* | grep -v '\.d$' | head -1)
+//! for n in 0 100000; do TUNING_BENCH_COUNT=pay/off:$n valgrind --tool=callgrind \
+//!   --callgrind-out-file=/dev/null $B 2>&1 | grep 'refs'; done
+//! ```
 // Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -20,7 +29,7 @@ use clef::snapshot::{Recorder, Settings, SnapshotsConfig};
 use clef::table::registry::{Registry, Sources};
 use clef::table::Limits;
 use clef::tuning::{Tuner, TuningConfig};
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 
 /// 200 rules, every one on the input's fields; the last reads the tunable `params.limit`.
 fn jev_table() -> String {
@@ -70,6 +79,7 @@ fn bench(c: &mut Criterion) {
         ("pay", br#"{"tier": "t3", "amount": 20}"#.to_vec()),
     ];
     let options = Options::default();
+    let count = std::env::var("TUNING_BENCH_COUNT").ok();
     let mut group = c.benchmark_group("tuning");
     for (name, input) in &inputs {
         let resolved = pipeline::resolve(&snapshot, Some(name), None).expect("the table");
@@ -78,7 +88,26 @@ fn bench(c: &mut Criterion) {
         assert!(d.result.is_ok() && out.contains("\"variant\""), "{name} is tuned: {out}");
         let pairs = [("off", &plain), ("on", &tuned), ("snapshots/off", &plain_ids), ("snapshots/on", &tuned_ids)];
         for (label, stages) in pairs {
-            group.bench_function(format!("{name}/{label}"), |b| {
+            let case = format!("{name}/{label}");
+            if let Some(spec) = &count {
+                // `CASE:COUNT`: decide that case COUNT times, without criterion
+                let (wanted, n) = spec.rsplit_once(':').expect("TUNING_BENCH_COUNT=pay/off:100000");
+                if wanted == case {
+                    for _ in 0..n.parse::<u64>().expect("a count") {
+                        out.clear();
+                        black_box(pipeline::decide_staged(
+                            stages,
+                            &snapshot,
+                            resolved,
+                            black_box(input),
+                            &options,
+                            &mut out,
+                        ));
+                    }
+                }
+                continue;
+            }
+            group.bench_function(case, |b| {
                 b.iter(|| {
                     out.clear();
                     black_box(pipeline::decide_staged(
@@ -101,4 +130,9 @@ criterion_group! {
     config = Criterion::default().sample_size(50).measurement_time(std::time::Duration::from_secs(4));
     targets = bench
 }
-criterion_main!(benches);
+fn main() {
+    benches();
+    if std::env::var_os("TUNING_BENCH_COUNT").is_none() {
+        Criterion::default().configure_from_args().final_summary();
+    }
+}
