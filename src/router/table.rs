@@ -746,6 +746,48 @@ mod tests {
         assert!(owned > 0 && moved == owned, "instance 7 had keys: {owned}");
     }
 
+    /// Whether `local` serves the table picks the ring with or without its points: a key that
+    /// a peer owns goes to that peer either way, with the same retry unless the retry was
+    /// `local`; only `local`'s own keys go elsewhere when it does not serve.
+    #[test]
+    fn local_not_serving_moves_only_its_own_keys() {
+        let mut instances = vec![InstanceConfig { id: "local".into(), addr: None, region: None }];
+        instances.extend((1..=5).map(|i| InstanceConfig {
+            id: format!("p{i}"),
+            addr: Some(format!("127.0.0.1:{}", 20_000 + i)),
+            region: None,
+        }));
+        let config = RouterConfig {
+            local_max_load: 0.0,
+            policy: Policy::Hash,
+            hash_key: Some("user".into()),
+            instances,
+            ..RouterConfig::default()
+        };
+        let router = Router::new(&config);
+        router.report((1..=5).map(|i| (i, format!("127.0.0.1:{}", 20_000 + i).parse().unwrap(), healthy())));
+        let plan = |key: u64, local_serves: bool| {
+            router.route(&Ask { table: "t", local_serves, local_load: 1.0, key: Some(key) })
+        };
+        let (mut local_keys, mut retries) = (0, 0);
+        for k in 0..20_000u64 {
+            let key = mix64(k);
+            match (plan(key, true), plan(key, false)) {
+                (Plan::Local, Plan::Forward { first, retry, .. }) => {
+                    local_keys += 1;
+                    assert!(retry.is_some_and(|r| r != first.index), "key {key}: a retry on another peer");
+                }
+                (Plan::Forward { first: a, retry: ra, .. }, Plan::Forward { first: b, retry: rb, .. }) => {
+                    assert_eq!(a.index, b.index, "key {key} moved though its peer serves");
+                    assert!(ra.is_none() || ra == rb, "key {key}: retry {ra:?} then {rb:?}");
+                    retries += usize::from(ra.is_some());
+                }
+                other => panic!("key {key}: {other:?}"),
+            }
+        }
+        assert!(local_keys > 0 && retries > 0, "local owned {local_keys} keys, {retries} retries");
+    }
+
     #[test]
     fn freshness_decays_linearly_after_the_interval() {
         let i = Duration::from_secs(5);
