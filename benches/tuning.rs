@@ -89,37 +89,19 @@ fn bench(c: &mut Criterion) {
         let pairs = [("off", &plain), ("on", &tuned), ("snapshots/off", &plain_ids), ("snapshots/on", &tuned_ids)];
         for (label, stages) in pairs {
             let case = format!("{name}/{label}");
+            let mut decide_once = || {
+                out.clear();
+                black_box(pipeline::decide_staged(stages, &snapshot, resolved, black_box(input), &options, &mut out));
+            };
             if let Some(spec) = &count {
                 // `CASE:COUNT`: decide that case COUNT times, without criterion
                 let (wanted, n) = spec.rsplit_once(':').expect("TUNING_BENCH_COUNT=pay/off:100000");
                 if wanted == case {
-                    for _ in 0..n.parse::<u64>().expect("a count") {
-                        out.clear();
-                        black_box(pipeline::decide_staged(
-                            stages,
-                            &snapshot,
-                            resolved,
-                            black_box(input),
-                            &options,
-                            &mut out,
-                        ));
-                    }
+                    (0..n.parse::<u64>().expect("a count")).for_each(|_| decide_once());
                 }
                 continue;
             }
-            group.bench_function(case, |b| {
-                b.iter(|| {
-                    out.clear();
-                    black_box(pipeline::decide_staged(
-                        stages,
-                        &snapshot,
-                        resolved,
-                        black_box(input),
-                        &options,
-                        &mut out,
-                    ));
-                })
-            });
+            group.bench_function(case, |b| b.iter(&mut decide_once));
         }
     }
     group.finish();

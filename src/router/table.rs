@@ -698,11 +698,9 @@ mod tests {
         assert_eq!(ring_points(10_000), 16);
     }
 
-    /// With fewer points per instance (400 configured), an instance leaving still moves its
-    /// own keys only: the count comes from the configuration, not from who is healthy.
-    #[test]
-    fn a_large_ring_moves_only_the_keys_of_the_instance_that_left() {
-        let peers = 399;
+    /// A `policy: hash` router with `local` and peers `p1..=peers`, of which `serving` are
+    /// healthy and serve `t`.
+    fn hash_router(peers: usize, serving: impl Iterator<Item = usize>) -> Arc<Router> {
         let mut instances = vec![InstanceConfig { id: "local".into(), addr: None, region: None }];
         instances.extend((1..=peers).map(|i| InstanceConfig {
             id: format!("p{i}"),
@@ -716,13 +714,18 @@ mod tests {
             instances,
             ..RouterConfig::default()
         };
-        let serving = |router: &Router, who: &mut dyn Iterator<Item = usize>| {
-            router.report(who.map(|i| (i, format!("127.0.0.1:{}", 20_000 + i).parse().unwrap(), healthy())))
-        };
-        let all = Router::new(&config);
-        serving(&all, &mut (1..=peers));
-        let without = Router::new(&config);
-        serving(&without, &mut (1..=peers).filter(|&i| i != 7));
+        let router = Router::new(&config);
+        router.report(serving.map(|i| (i, format!("127.0.0.1:{}", 20_000 + i).parse().unwrap(), healthy())));
+        router
+    }
+
+    /// With fewer points per instance (400 configured), an instance leaving still moves its
+    /// own keys only: the count comes from the configuration, not from who is healthy.
+    #[test]
+    fn a_large_ring_moves_only_the_keys_of_the_instance_that_left() {
+        let peers = 399;
+        let all = hash_router(peers, 1..=peers);
+        let without = hash_router(peers, (1..=peers).filter(|&i| i != 7));
         let first = |router: &Router, key: u64| match router.route(&Ask {
             table: "t",
             local_serves: false,
@@ -751,21 +754,7 @@ mod tests {
     /// `local`; only `local`'s own keys go elsewhere when it does not serve.
     #[test]
     fn local_not_serving_moves_only_its_own_keys() {
-        let mut instances = vec![InstanceConfig { id: "local".into(), addr: None, region: None }];
-        instances.extend((1..=5).map(|i| InstanceConfig {
-            id: format!("p{i}"),
-            addr: Some(format!("127.0.0.1:{}", 20_000 + i)),
-            region: None,
-        }));
-        let config = RouterConfig {
-            local_max_load: 0.0,
-            policy: Policy::Hash,
-            hash_key: Some("user".into()),
-            instances,
-            ..RouterConfig::default()
-        };
-        let router = Router::new(&config);
-        router.report((1..=5).map(|i| (i, format!("127.0.0.1:{}", 20_000 + i).parse().unwrap(), healthy())));
+        let router = hash_router(5, 1..=5);
         let plan = |key: u64, local_serves: bool| {
             router.route(&Ask { table: "t", local_serves, local_load: 1.0, key: Some(key) })
         };
