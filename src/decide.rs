@@ -143,7 +143,7 @@ pub fn decide(table: &Table, body: &[u8], options: &Options<'_>, out: &mut Strin
         timestamp: SystemTime::now().into(),
         snapshot_id: None,
         recorded: true,
-        variant_json: None,
+        variant: None,
         instance: options.instance,
     };
     table.write_decision(&decision, &meta, out);
@@ -185,11 +185,8 @@ pub fn decide_staged<'t>(
     let timestamp = SystemTime::now();
     // converted once, for the response and the id
     let time = Timestamp::from(timestamp);
-    let drawn = tuned.map(|(tuner, base)| {
-        let untagged = next_id_at_ms(time.unix_ms());
-        (tuner.draw(table, base, untagged), untagged)
-    });
-    let decider: &Table = drawn.as_ref().map_or(&**table, |(d, _)| d.table(table));
+    let drawn = tuned.map(|(tuner, base)| tuner.draw(table, base, next_id_at_ms(time.unix_ms())));
+    let decider: &Table = drawn.as_ref().map_or(&**table, |d| d.table(table));
     let started = Instant::now();
     let mut result = decider.decide(body, options.explain);
     let latency_ns = started.elapsed().as_nanos() as u64;
@@ -201,7 +198,7 @@ pub fn decide_staged<'t>(
     };
     let shadow = stages.shadow_for(tables, table, decision, body);
     let snapshot = match &drawn {
-        Some((d, untagged)) => Some(d.tag(*untagged)),
+        Some(d) => Some(d.id()),
         None => stages.recorder.is_some().then(|| next_id_at_ms(time.unix_ms())),
     };
     let mut recorded = stages.recorder.is_some() || snapshot.is_none();
@@ -212,15 +209,14 @@ pub fn decide_staged<'t>(
         event.latency_ns = latency_ns;
         event.traceparent = options.traceparent;
         event.shadow = shadow.as_ref().map(|(t, d, agrees)| Shadow { table: t, decision: d, agrees: *agrees });
-        event.variant =
-            drawn.as_ref().and_then(|(d, _)| d.variant()).map(|(id, params_json)| Variant { id, params_json });
+        event.variant = drawn.as_ref().and_then(|d| d.variant()).map(|(id, params_json)| Variant { id, params_json });
         recorded = recorder.record_as(id, &event) == crate::snapshot::Status::Recorded;
     }
     let meta = ResponseMeta {
         timestamp: time,
         snapshot_id: snapshot,
         recorded,
-        variant_json: drawn.as_ref().map(|(d, _)| d.id_json()),
+        variant: drawn.as_ref().map(|d| d.arm_name()),
         instance: options.instance,
     };
     table.write_decision(decision, &meta, out);

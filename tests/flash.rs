@@ -65,7 +65,7 @@ fn response(t: &Table, input: &str, explain: bool) -> Json {
         timestamp: std::time::SystemTime::now().into(),
         snapshot_id: None,
         recorded: true,
-        variant_json: None,
+        variant: None,
         instance: "local",
     };
     let mut out = String::new();

@@ -29,7 +29,7 @@ fn answer(table: &Table, input: &Json) -> Json {
         timestamp: SystemTime::UNIX_EPOCH.into(),
         snapshot_id: None,
         recorded: true,
-        variant_json: None,
+        variant: None,
         instance: "t",
     };
     table.write_decision(&d, &meta, &mut out);

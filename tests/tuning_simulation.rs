@@ -46,7 +46,7 @@ fn with_random_bits(id: SnapshotId, bits: u32) -> SnapshotId {
 /// random bits draw.
 fn tagged(tuner: &Tuner, served: &Arc<Table>, id: SnapshotId) -> SnapshotId {
     let base = tuner.baseline_of(served).expect("tuned");
-    tuner.draw(served, base, id).tag(id)
+    tuner.draw(served, base, id).id()
 }
 
 /// `id` tagged as a decision of the baseline of `served` (random bits that no traffic share
@@ -56,7 +56,7 @@ fn tagged_baseline(tuner: &Tuner, served: &Arc<Table>, id: SnapshotId) -> Snapsh
     let base = tuner.baseline_of(served).expect("tuned");
     let drawn = tuner.draw(served, base, id);
     assert!(drawn.variant().is_none(), "{drawn:?}");
-    drawn.tag(id)
+    drawn.id()
 }
 
 /// What one run saw.
@@ -98,7 +98,7 @@ fn run(seed: u64, decisions: usize, success: impl Fn(i64) -> f64) -> Run {
                 assert_eq!(coin >> 63, 1, "the baseline decided on a coin within the traffic share");
             }
         }
-        let id = drawn.tag(id);
+        let id = drawn.id();
         drop(drawn);
         let reward = u8::from(rng.random::<f64>() < success(limit));
         let body = format!(r#"{{"snapshot_id": "{id}", "reward": {reward}}}"#);

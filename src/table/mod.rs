@@ -294,10 +294,20 @@ pub struct ResponseMeta<'a> {
     pub snapshot_id: Option<crate::snapshot::SnapshotId>,
     /// whether the snapshot was written (`"recorded": false` follows the id otherwise)
     pub recorded: bool,
-    /// the tuning arm that decided, as a JSON string (`"baseline"`, `"v1"`, …), for a tuned table
-    pub variant_json: Option<&'a str>,
+    /// the tuning arm that decided, for a tuned table
+    pub variant: Option<ArmName<'a>>,
     /// who decided
     pub instance: &'a str,
+}
+
+/// The tuning arm that made a decision, as its response names it (`"variant"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArmName<'a> {
+    /// the table as served: `"baseline"`, the name of nearly every tuned decision's arm, so a
+    /// constant the response writes in one piece with the text before it
+    Baseline,
+    /// a variant, by its id as a JSON string (`"v1"`)
+    Variant(&'a str),
 }
 
 /// A time as a response writes it: whole seconds and milliseconds since 1970 (0 before), from
@@ -523,24 +533,27 @@ impl Table {
         out.push('"');
         // the constant text between the id and the variant is pushed in one piece: a tuned
         // decision writes all of these
-        match (meta.snapshot_id, meta.variant_json) {
+        match (meta.snapshot_id, meta.variant) {
             (Some(id), variant) => {
                 out.push_str(",\"snapshot_id\":\"");
                 id.write_text(out); // hex digits and hyphens: nothing to escape
                 match (meta.recorded, variant) {
                     (true, None) => out.push('"'),
                     (false, None) => out.push_str("\",\"recorded\":false"),
-                    (true, Some(v)) => {
+                    (true, Some(ArmName::Baseline)) => out.push_str("\",\"variant\":\"baseline\""),
+                    (false, Some(ArmName::Baseline)) => out.push_str("\",\"recorded\":false,\"variant\":\"baseline\""),
+                    (true, Some(ArmName::Variant(v))) => {
                         out.push_str("\",\"variant\":");
                         out.push_str(v);
                     }
-                    (false, Some(v)) => {
+                    (false, Some(ArmName::Variant(v))) => {
                         out.push_str("\",\"recorded\":false,\"variant\":");
                         out.push_str(v);
                     }
                 }
             }
-            (None, Some(v)) => {
+            (None, Some(ArmName::Baseline)) => out.push_str(",\"variant\":\"baseline\""),
+            (None, Some(ArmName::Variant(v))) => {
                 out.push_str(",\"variant\":");
                 out.push_str(v);
             }

@@ -49,7 +49,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use crate::snapshot::SnapshotId;
-use crate::table::{overlay, Table};
+use crate::table::{overlay, ArmName, Table};
 use bandit::{ArmStats, ChoiceTable, Posterior, RewardModel};
 pub use config::{RewardSetting, TuningConfig};
 use state::{ArmState, Counted, TableState};
@@ -111,11 +111,11 @@ pub struct Baseline {
     threshold: u64,
 }
 
-/// The arm that makes one tuned decision, drawn by [`Tuner::draw`]. The tag key is in the
-/// same place whichever arm it is, so that tagging the id reads it without a branch.
+/// The arm that makes one tuned decision, drawn by [`Tuner::draw`], and the decision's id
+/// tagged with it. The id is tagged as the arm is drawn, while the arm's key is at hand.
 pub struct Drawn {
-    /// the drawn arm's tag key
-    key: ArmKey,
+    /// the decision's id, tagged with the drawn arm (for `/feedback`)
+    id: SnapshotId,
     /// a variant, with the arms it is one of (`None`: the baseline, the table as served)
     variant: Option<(arc_swap::Guard<Option<Arc<Live>>>, Choice)>,
 }
@@ -345,22 +345,22 @@ impl Tuner {
     pub fn draw_with(&self, table: &Arc<Table>, base: Baseline, id: SnapshotId, pick: impl FnOnce() -> u64) -> Drawn {
         let coin = (id.as_u128() as u64) << 32;
         if coin >= base.threshold {
-            return Drawn { key: base.key, variant: None };
+            return Drawn { id: base.key.tag(id), variant: None };
         }
-        self.draw_variant(table, base.slot, pick()).unwrap_or(Drawn { key: base.key, variant: None })
+        self.draw_variant(table, base.slot, id, pick()).unwrap_or(Drawn { id: base.key.tag(id), variant: None })
     }
 
     /// A variant of `table` by Thompson sampling with `pick`, unless its arms have changed
     /// meanwhile.
     #[cold]
-    fn draw_variant(&self, table: &Arc<Table>, slot: usize, pick: u64) -> Option<Drawn> {
+    fn draw_variant(&self, table: &Arc<Table>, slot: usize, id: SnapshotId, pick: u64) -> Option<Drawn> {
         let live = self.tables.get(slot)?.live.load();
         let (choice, key) = {
             let l = live.as_ref().filter(|l| Arc::ptr_eq(&l.baseline, table) && !l.variants.is_empty())?;
             let choice = Choice { arm: 1 + l.choices.pick(pick) };
             (choice, l.arms.get(choice.arm)?.key)
         };
-        Some(Drawn { key, variant: Some((live, choice)) })
+        Some(Drawn { id: key.tag(id), variant: Some((live, choice)) })
     }
 
     /// Takes `POST /feedback`'s body: `{"snapshot_id": "…", "reward": 1}`. Answers the JSON to
@@ -852,18 +852,20 @@ impl Drawn {
         }
     }
 
-    /// `id` tagged with the drawn arm, for `/feedback`.
+    /// The decision's id, tagged with the drawn arm: what `/feedback` names it by.
     #[inline]
-    pub fn tag(&self, id: SnapshotId) -> SnapshotId {
-        self.key.tag(id)
+    pub fn id(&self) -> SnapshotId {
+        self.id
     }
 
-    /// The arm's id as a JSON string (`"baseline"`, `"v1"`).
+    /// The arm as the response names it.
     #[inline]
-    pub fn id_json(&self) -> &str {
+    pub fn arm_name(&self) -> ArmName<'_> {
         match &self.variant {
-            None => "\"baseline\"",
-            Some((live, choice)) => live.as_ref().map_or("\"baseline\"", |l| l.arm_id_json(*choice)),
+            None => ArmName::Baseline,
+            Some((live, choice)) => {
+                live.as_ref().map_or(ArmName::Baseline, |l| ArmName::Variant(l.arm_id_json(*choice)))
+            }
         }
     }
 
