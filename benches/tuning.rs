@@ -25,6 +25,9 @@ use std::path::Path;
 
 use clef::config::Model;
 use clef::decide::{self as pipeline, Options, Stages};
+use clef::server::conn::Socket;
+use clef::server::routes::Listener;
+use clef::server::App;
 use clef::snapshot::{Recorder, Settings, SnapshotsConfig};
 use clef::table::registry::{Registry, Sources};
 use clef::table::Limits;
@@ -105,6 +108,114 @@ fn bench(c: &mut Criterion) {
         }
     }
     group.finish();
+    served(c, &dir, &inputs, count.as_deref());
+}
+
+/// The same decisions as the server answers them (`served/…`): `POST /decide/{table}`
+/// requests through the connection loop (HTTP parsed, routed, decided, counted, the answer
+/// encoded and written), 64 on one keep-alive connection over a socket in memory that hands
+/// over one request per read, as a client that waits for each answer does; for an `App`
+/// opened from a config with tuning on and one without. What the kernel adds is left out.
+fn served(c: &mut Criterion, dir: &tempfile::TempDir, inputs: &[(&str, Vec<u8>)], count: Option<&str>) {
+    let open = |name: &str, tuning: &str| {
+        let config = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &config,
+            format!("model: {{tables_dir: tables, watch_file: false}}\nstate_dir: state-{name}\n{tuning}"),
+        )
+        .expect("config");
+        let loaded = clef::config::load(Some(&config), &Default::default()).expect("the config loads");
+        let (app, _) = App::open(&loaded).expect("the app opens");
+        if let Some(tuner) = &app.stages.tuner {
+            let tables = app.registry.snapshot();
+            tuner.tick(|name| tables.get(name).and_then(|s| s.current.clone()), &mut clef::tuning::thread_rng());
+        }
+        app
+    };
+    let apps = [
+        ("off", open("untuned", "")),
+        ("on", open("tuned", "tuning: {enabled: true, tables: [search_rewrite, pay]}\n")),
+    ];
+    let mut group = c.benchmark_group("served");
+    group.throughput(criterion::Throughput::Elements(PIPELINED as u64));
+    for (name, input) in inputs {
+        let request = [
+            format!("POST /decide/{name} HTTP/1.1\r\nHost: clef\r\nContent-Type: application/json\r\n").as_bytes(),
+            format!("Content-Length: {}\r\n\r\n", input.len()).as_bytes(),
+            input,
+        ]
+        .concat();
+        let requests = request.repeat(PIPELINED);
+        for (label, app) in &apps {
+            let mut socket = MemorySocket { input: &requests, request: request.len(), read: 0, written: Vec::new() };
+            app.serve_connection(Listener::Main, &mut socket);
+            let answers = String::from_utf8_lossy(&socket.written);
+            assert_eq!(answers.matches("HTTP/1.1 200 OK").count(), PIPELINED, "{name}/{label}: {answers:.300}");
+            assert_eq!(answers.contains("\"variant\""), *label == "on", "{name}/{label}: {answers:.300}");
+            let case = format!("{name}/{label}");
+            let mut serve_once = || {
+                socket.read = 0;
+                socket.written.clear();
+                app.serve_connection(Listener::Main, black_box(&mut socket));
+            };
+            if let Some(spec) = count {
+                let (wanted, n) = spec.rsplit_once(':').expect("TUNING_BENCH_COUNT=served/pay/off:1000");
+                if wanted == format!("served/{case}") {
+                    (0..n.parse::<u64>().expect("a count")).for_each(|_| serve_once());
+                }
+                continue;
+            }
+            group.bench_function(case, |b| b.iter(&mut serve_once));
+        }
+    }
+    group.finish();
+}
+
+/// Requests per connection in the `served` benches.
+const PIPELINED: usize = 64;
+
+/// A client connection in memory: its requests are read one at a time, its answers kept.
+struct MemorySocket<'a> {
+    input: &'a [u8],
+    /// the length of each request
+    request: usize,
+    read: usize,
+    written: Vec<u8>,
+}
+
+impl std::io::Read for MemorySocket<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let rest = &self.input[self.read..];
+        let n = rest.len().min(buf.len()).min(self.request - self.read % self.request);
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.read += n;
+        Ok(n)
+    }
+}
+
+impl std::io::Write for MemorySocket<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.written.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Socket for MemorySocket<'_> {
+    fn set_read_timeout(&mut self, _: Option<std::time::Duration>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn set_write_timeout(&mut self, _: Option<std::time::Duration>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn peek_byte(&mut self) -> std::io::Result<usize> {
+        Ok(usize::from(self.read < self.input.len()))
+    }
+    fn unsent_bytes(&self) -> Option<usize> {
+        Some(0)
+    }
 }
 
 criterion_group! {

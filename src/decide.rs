@@ -181,11 +181,15 @@ pub fn decide_staged<'t>(
     // tuning: a share of the table's decisions is made by a variant of it (SPEC §9); a tuned
     // decision always gets an id, which says which arm decided (for /feedback), and whose
     // random bits are the traffic coin
-    let tuned = stages.tuner.as_ref().and_then(|t| Some((t, t.baseline_of(table)?)));
     let timestamp = SystemTime::now();
     // converted once, for the response and the id
     let time = Timestamp::from(timestamp);
-    let drawn = tuned.map(|(tuner, base)| tuner.draw(table, base, next_id_at_ms(time.unix_ms())));
+    // the tuning found, the id made and the arm drawn in one go: what is read of the tuning
+    // stays in registers until the id is tagged
+    let drawn = stages.tuner.as_ref().and_then(|t| {
+        let base = t.baseline_of(table)?;
+        Some(t.draw(table, base, next_id_at_ms(time.unix_ms())))
+    });
     let decider: &Table = drawn.as_ref().map_or(&**table, |d| d.table(table));
     let started = Instant::now();
     let mut result = decider.decide(body, options.explain);

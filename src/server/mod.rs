@@ -217,86 +217,106 @@ impl ConnObserver for Observer<'_> {
     }
 }
 
+impl App {
+    /// Everything `clef serve` answers with, from its configuration: the snapshot recorder
+    /// and the tuner started, the tables loaded (a table that fails to load is in the
+    /// outcomes, not an error). Err: the recorder or the tuner cannot keep their files, with
+    /// what to do about it. No thread serves yet; [`run`] starts them.
+    pub fn open(loaded: &Loaded) -> Result<(App, Reloaded), String> {
+        let cfg = &loaded.config;
+        let sources = table_sources(loaded);
+        let started = Instant::now();
+        let recorder = match cfg.snapshots.enabled.then(|| Recorder::start(&cfg.snapshots)).transpose() {
+            Ok(r) => r,
+            Err(e) => return Err(format!(
+                "cannot record snapshots in {} (snapshots.dir): {e}; fix the folder or set snapshots.enabled: false",
+                cfg.snapshots.dir.display()
+            )),
+        };
+        let tuner = match cfg.tuning.active().then(|| crate::tuning::Tuner::new(&cfg.tuning, &loaded.state_dir)) {
+            Some(Err(e)) => {
+                return Err(format!(
+                    "cannot keep tuning state in {} (state_dir): {e}; fix the folder or set tuning.enabled: false",
+                    loaded.state_dir.display()
+                ))
+            }
+            tuner => tuner.and_then(Result::ok),
+        };
+        let (registry, loaded_tables) = Registry::open_in(sources, Some(loaded.state_dir.clone()));
+        let app = App {
+            registry,
+            default_table: loaded.default_table.clone(),
+            server_token: loaded.server_token.clone(),
+            admin_token: loaded.admin_token.clone(),
+            cors_enabled: cfg.server.cors.enabled,
+            cors_origins: cfg.server.cors.origins.clone(),
+            started,
+            stats: ServerStats::new(),
+            stages: Stages::new(&cfg.model, recorder, tuner),
+            router: cfg.router.enabled().then(|| crate::router::Router::new(&cfg.router)),
+            draining: AtomicBool::new(false),
+            inflight: (0..STRIPES).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
+            busy_ns: (0..STRIPES).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+            load_bits: AtomicU64::new(0f64.to_bits()),
+            open: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            open_before_drain: AtomicUsize::new(0),
+            max_connections: cfg.server.max_connections,
+            limits: ConnLimits {
+                max_body_bytes: cfg.server.max_body_bytes,
+                max_headers: cfg.server.max_headers,
+                max_header_bytes: cfg.server.max_header_bytes,
+                idle_timeout: Duration::from_millis(cfg.server.idle_timeout_ms),
+                read_timeout: Duration::from_millis(cfg.server.read_timeout_ms),
+                write_timeout: Duration::from_millis(cfg.server.write_timeout_ms),
+            },
+        };
+        Ok((app, loaded_tables))
+    }
+
+    /// Serves one accepted connection on `listener` until it closes: what each of the
+    /// server's connections runs (benches run it over a socket in memory).
+    pub fn serve_connection<S: conn::Socket>(&self, listener: Listener, stream: &mut S) {
+        let observer = Observer { app: self, admin: listener == Listener::Admin };
+        conn::serve(stream, &self.limits, &|req, rsp| routes::handle(self, listener, req, rsp), &observer);
+    }
+}
+
+/// Where the tables are served from, and the limits they load under.
+fn table_sources(loaded: &Loaded) -> Sources {
+    let cfg = &loaded.config;
+    Sources {
+        tables_dir: loaded.tables_dir.clone(),
+        extra: loaded.decision_table_path.clone(),
+        limits: Limits {
+            max_rules: cfg.limits.max_rules,
+            max_expr_depth: cfg.limits.max_expression_depth,
+            regex_size_limit: cfg.limits.max_regex_bytes,
+            max_input_depth: cfg.limits.max_input_depth,
+        },
+        // promoted values serve whether or not tuning is still on: they are the table's values now
+        overlays: Some(crate::tuning::Tuner::overlay_folder(&loaded.state_dir)),
+    }
+}
+
 /// Runs the appliance until SIGTERM; returns the process exit code.
 pub fn run(loaded: Loaded) -> i32 {
     let cfg = &loaded.config;
     for w in &loaded.warnings {
         log::warn!("{w}");
     }
-    let limits = Limits {
-        max_rules: cfg.limits.max_rules,
-        max_expr_depth: cfg.limits.max_expression_depth,
-        regex_size_limit: cfg.limits.max_regex_bytes,
-        max_input_depth: cfg.limits.max_input_depth,
-    };
-    let sources = Sources {
-        tables_dir: loaded.tables_dir.clone(),
-        extra: loaded.decision_table_path.clone(),
-        limits,
-        // promoted values serve whether or not tuning is still on: they are the table's values now
-        overlays: Some(crate::tuning::Tuner::overlay_folder(&loaded.state_dir)),
-    };
-    let started = Instant::now();
     // Taken before loading, so that an edit made while the tables load is noticed.
-    let watched = (sources.fingerprint(), file_stamp(&loaded.path));
-    let recorder = if cfg.snapshots.enabled {
-        match Recorder::start(&cfg.snapshots) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                log::error!(
-                    "cannot record snapshots in {} (snapshots.dir): {e}; fix the folder or set snapshots.enabled: false",
-                    cfg.snapshots.dir.display()
-                );
-                return 1;
-            }
+    let watched = (table_sources(&loaded).fingerprint(), file_stamp(&loaded.path));
+    let (app, loaded_tables) = match App::open(&loaded) {
+        Ok(opened) => opened,
+        Err(message) => {
+            log::error!("{message}");
+            return 1;
         }
-    } else {
-        None
     };
-    let tuner = if cfg.tuning.active() {
-        match crate::tuning::Tuner::new(&cfg.tuning, &loaded.state_dir) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                log::error!(
-                    "cannot keep tuning state in {} (state_dir): {e}; fix the folder or set tuning.enabled: false",
-                    loaded.state_dir.display()
-                );
-                return 1;
-            }
-        }
-    } else {
-        None
-    };
-    let (registry, loaded_tables) = Registry::open_in(sources, Some(loaded.state_dir.clone()));
+    let app = Arc::new(app);
+    let started = app.started;
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let workers = cfg.server.worker_threads(cores);
-    let app = Arc::new(App {
-        registry,
-        default_table: loaded.default_table.clone(),
-        server_token: loaded.server_token.clone(),
-        admin_token: loaded.admin_token.clone(),
-        cors_enabled: cfg.server.cors.enabled,
-        cors_origins: cfg.server.cors.origins.clone(),
-        started,
-        stats: ServerStats::new(),
-        stages: Stages::new(&cfg.model, recorder, tuner),
-        router: cfg.router.enabled().then(|| crate::router::Router::new(&cfg.router)),
-        draining: AtomicBool::new(false),
-        inflight: (0..STRIPES).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
-        busy_ns: (0..STRIPES).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
-        load_bits: AtomicU64::new(0f64.to_bits()),
-        open: [AtomicUsize::new(0), AtomicUsize::new(0)],
-        open_before_drain: AtomicUsize::new(0),
-        max_connections: cfg.server.max_connections,
-        limits: ConnLimits {
-            max_body_bytes: cfg.server.max_body_bytes,
-            max_headers: cfg.server.max_headers,
-            max_header_bytes: cfg.server.max_header_bytes,
-            idle_timeout: Duration::from_millis(cfg.server.idle_timeout_ms),
-            read_timeout: Duration::from_millis(cfg.server.read_timeout_ms),
-            write_timeout: Duration::from_millis(cfg.server.write_timeout_ms),
-        },
-    });
     // The load at start is logged and counted as a reload (`clef_reloads_total` says so).
     app.reloaded("start", &loaded_tables.outcomes);
     for (role, served, candidate) in app.stages.missing_candidates(&app.registry.snapshot()) {
@@ -515,8 +535,7 @@ fn listen(
             let app = app.clone();
             may::go!(move || {
                 socket::tune_accepted(&stream);
-                let observer = Observer { app: &app, admin: listener == Listener::Admin };
-                conn::serve(&mut stream, &app.limits, &|req, rsp| routes::handle(&app, listener, req, rsp), &observer);
+                app.serve_connection(listener, &mut stream);
                 drop(stream);
                 let open = if listener == Listener::Main { &app.open[0] } else { &app.open[1] };
                 open.fetch_sub(1, Ordering::Relaxed);
