@@ -1,16 +1,24 @@
-//! What tuning costs a decision (SPEC §9: at most 5% more): the server's decision pipeline
-//! (`decide_staged`, the response rendered) for a tuned table against the same table untuned,
-//! in one run. With tuning, every decision of the table draws for the traffic share, gets a
-//! tagged `snapshot_id` and names its variant (5% of them are made by a variant); without, none
-//! of that happens. Each pair runs twice: snapshots off (an untuned decision then gets no id at
-//! all, so tuning pays for making and rendering one) and snapshots on but sampled out (every
-//! decision gets an id either way; nothing is written, so the writer's cost stays out). Tables: the example rule set `search_rewrite` (a tunable threshold) and a
-//! 200-rule Jev table whose last rule reads a tunable parameter.
+//! What tuning costs a decision (SPEC §9: at most 5% more), tuned table against the same table
+//! untuned, in one run, at two depths:
+//! - `served/TABLE/on|off`: the decision as the server answers it, `POST /decide/TABLE` through
+//!   the connection loop of an `App` opened from a config with and without `tuning:` (see
+//!   [`served`]); what the kernel adds to a request is left out (`benches/tuning_load.sh`
+//!   measures the real binary with wrk).
+//! - `tuning/TABLE/…`: the decision pipeline alone (`decide_staged`, the response rendered).
+//!   With tuning, every decision of the table draws for the traffic share, gets a tagged
+//!   `snapshot_id` and names its variant (5% of them are made by a variant); without, none of
+//!   that happens. Each pair runs twice: snapshots off (an untuned decision then gets no id at
+//!   all, so tuning pays for making and rendering one) and snapshots on but sampled out (every
+//!   decision gets an id either way; nothing is written, so the writer's cost stays out).
+//!
+//! Tables: the example rule set `search_rewrite` (a tunable threshold) and a 200-rule Jev table
+//! whose last rule reads a tunable parameter.
 //!
 //! Run: `cargo bench --bench tuning`. The machine may be noisy; instruction counts are not:
 //! `TUNING_BENCH_COUNT=pay/snapshots/on:100000` makes the binary skip criterion and decide that
 //! case that many times, so that under `valgrind --tool=callgrind` the difference between a
-//! count of N and of 0, divided by N, is the instructions of one decision:
+//! count of N and of 0, divided by N, is the instructions of one decision (for `served/…`
+//! cases, N connections of 64 requests each: divide by 64 N):
 //!
 //! ```sh
 //! B=$(ls -t target/release/deps/tuning-* | grep -v '\.d$' | head -1)

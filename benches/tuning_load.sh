@@ -8,7 +8,8 @@
 #   pay             a 200-rule Jev table whose last rule reads a tunable parameter
 #                   (the table of benches/tuning.rs), body {"tier": "t3", "amount": 20}
 #   search_rewrite  the example rule set (tables/samples/search_rewrite.mobile_high_errors.json)
-# ROUNDS times, each table against each server in turn (SECONDS per run), it prints requests/s,
+# ROUNDS times, each table against each server in turn (SECONDS per run, which server goes
+# first alternating from round to round), it prints requests/s,
 # p99 and the server's CPU time per request (utime + stime from /proc/PID/stat over the run:
 # load-independent), then per table the median CPU per request tuned / untuned, and the RSS of
 # both servers before and after. BIN=path uses another binary. Talks only to 127.0.0.1.
@@ -42,7 +43,9 @@ start() { # name, extra config
   "$BIN" serve -c "$WORK/$1.yaml" --host 127.0.0.1 --port "$port" 2>"$WORK/$1.log" &
   PIDS+=($!)
   eval "PID_$1=$!; PORT_$1=$port"
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.05; done
+  for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return; sleep 0.05; done
+  echo "the $1 server did not answer /health: $(cat "$WORK/$1.log")" >&2
+  exit 1
 }
 start off ""
 start on "tuning: {enabled: true, tables: [search_rewrite, pay]}"
@@ -53,8 +56,10 @@ wrk.body = io.open("$WORK/$t.json"):read("*a")
 wrk.headers["Content-Type"] = "application/json"
 LUA
   # the tuned server names the arm of each decision, the other does not
-  curl -sf -X POST --data-binary "@$WORK/$t.json" "http://127.0.0.1:$PORT_on/decide/$t" | grep -q '"variant"'
-  ! curl -sf -X POST --data-binary "@$WORK/$t.json" "http://127.0.0.1:$PORT_off/decide/$t" | grep -q '"variant"'
+  on=$(curl -sS -X POST --data-binary "@$WORK/$t.json" "http://127.0.0.1:$PORT_on/decide/$t")
+  off=$(curl -sS -X POST --data-binary "@$WORK/$t.json" "http://127.0.0.1:$PORT_off/decide/$t")
+  case "$on" in *'"variant"'*) ;; *) echo "the tuned server's $t answer has no variant: $on" >&2; exit 1 ;; esac
+  case "$off" in *'"variant"'*) echo "the untuned server's $t answer has a variant: $off" >&2; exit 1 ;; esac
   wrk -t1 -c4 -d1s -s "$WORK/$t.lua" "http://127.0.0.1:$PORT_on/decide/$t" >/dev/null
   wrk -t1 -c4 -d1s -s "$WORK/$t.lua" "http://127.0.0.1:$PORT_off/decide/$t" >/dev/null
 done
@@ -78,10 +83,10 @@ print("%-15s tuning %-3s %9.0f req/s  p99 %-8s  server CPU %6.2f us/request" % (
 open(out, "a").write("%s %s %.3f\n" % (table, server, cpu_us))
 PY
 }
-for _ in $(seq "$ROUNDS"); do
+for round in $(seq "$ROUNDS"); do
   for t in pay search_rewrite; do
-    run "$t" off
-    run "$t" on
+    # which server goes first alternates, so that neither always follows the other
+    if [ $((round % 2)) = 1 ]; then run "$t" off; run "$t" on; else run "$t" on; run "$t" off; fi
   done
 done
 echo "RSS after: untuned $(rss_mb $PID_off) MB, tuned $(rss_mb $PID_on) MB"

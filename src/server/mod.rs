@@ -228,10 +228,12 @@ impl App {
         let started = Instant::now();
         let recorder = match cfg.snapshots.enabled.then(|| Recorder::start(&cfg.snapshots)).transpose() {
             Ok(r) => r,
-            Err(e) => return Err(format!(
+            Err(e) => {
+                return Err(format!(
                 "cannot record snapshots in {} (snapshots.dir): {e}; fix the folder or set snapshots.enabled: false",
                 cfg.snapshots.dir.display()
-            )),
+            ))
+            }
         };
         let tuner = match cfg.tuning.active().then(|| crate::tuning::Tuner::new(&cfg.tuning, &loaded.state_dir)) {
             Some(Err(e)) => {
