@@ -191,3 +191,25 @@ fn tuning_settings_that_cannot_work_are_errors_at_their_place() {
     assert!(!status.success());
     assert!(log.contains("confidnce") && log.contains("confidence"), "{log}");
 }
+
+#[test]
+fn a_table_that_cannot_be_tuned_is_said_once_not_every_round() {
+    let fixed = r#"{"params": {"limit": {"value": 50}}, "rules": [{"id": "under", "condition": "amount < params.limit", "action": {"allow": true}}]}"#;
+    let text = config(
+        "",
+        "",
+        "model:\n  default_table: fixed\n  watch_file: false\nstate_dir: state\ntuning:\n  tables: [fixed, absent]\n",
+    );
+    let srv = Server::start(&text, &[("fixed.json", fixed)]);
+    // ten rounds of the tuning thread
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let log = srv.log_text();
+    assert_eq!(log.matches("declares no tunable parameter").count(), 1, "{log}");
+    assert_eq!(log.matches("\"absent\", which is not among the loaded tables").count(), 1, "{log}");
+    for table in ["fixed", "absent"] {
+        let report = srv.get(&format!("/tuning/{table}")).json();
+        assert_eq!(report["status"], "waiting", "{report}");
+    }
+    let d = srv.post("/decide", r#"{"amount": 5}"#).json();
+    assert!(d.get("variant").is_none() && d.get("snapshot_id").is_none(), "{d}");
+}

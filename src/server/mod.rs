@@ -330,6 +330,14 @@ pub fn run(loaded: Loaded) -> i32 {
     if let Some(router) = &app.router {
         router_admin::announce(router, &app.registry.snapshot());
     }
+    if let Some(tuner) = &app.stages.tuner {
+        let tables = app.registry.snapshot();
+        for name in tuner.table_names().filter(|name| tables.get(name).is_none()) {
+            log::warn!(
+                "tuning.tables names \"{name}\", which is not among the loaded tables; it is tuned once a table of that name loads"
+            );
+        }
+    }
     if let Some(d) = &app.default_table {
         if app.registry.snapshot().get(d).is_none() {
             log::warn!("default_table \"{d}\" is not among the loaded tables; POST /decide will answer 404");

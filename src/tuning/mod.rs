@@ -84,6 +84,9 @@ struct Tuned {
     /// what the baseline's decisions need of `live`, without loading it
     fast: Fast,
     report: ArcSwapOption<String>,
+    /// the served version last found to have no tunable parameter: said once, and not looked
+    /// at again until another version serves (only the tuning thread takes it)
+    untunable: Mutex<Option<Arc<Table>>>,
 }
 
 /// The table version a [`Live`] tunes, the baseline's tag key and the traffic threshold, as
@@ -289,6 +292,7 @@ impl Tuner {
                 live: ArcSwapOption::empty(),
                 fast: Fast::default(),
                 report: ArcSwapOption::empty(),
+                untunable: Mutex::new(None),
             })
             .collect();
         let ledger = Ledger { tables: vec![None; config.tables.len()], ..Ledger::default() };
@@ -465,7 +469,7 @@ impl Tuner {
             let live = tuned.live.load_full();
             let stale = match (&current, &live) {
                 (Some(c), Some(l)) => !Arc::ptr_eq(c, &l.baseline),
-                (Some(_), None) => true,
+                (Some(c), None) => !tuned.untunable.lock().as_ref().is_some_and(|u| Arc::ptr_eq(u, c)),
                 (None, _) => false,
             };
             if stale {
@@ -515,6 +519,7 @@ impl Tuner {
     fn rebuild(&self, slot: usize, table: &Arc<Table>, rng: &mut SmallRng) {
         let tuned = &self.tables[slot];
         let tunables = crate::table::params::tunables(table.params.as_ref());
+        *tuned.untunable.lock() = tunables.is_empty().then(|| table.clone());
         if tunables.is_empty() {
             log::warn!(
                 "tuning {}: the table declares no tunable parameter (\"tunable\": true with a \"step\"); it is not tuned",
