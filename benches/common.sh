@@ -15,3 +15,17 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # resident memory of PID: in KiB, and in MiB with one decimal
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 rss_mb() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+# Runs wrk with the given arguments against the server PID (first argument) and sets WRK_OUT
+# (wrk's report), REQS, RPS, P99 (as wrk writes it) and CPU_US: the server's CPU time per request
+# over the run, in microseconds (utime + stime from /proc: independent of the load).
+wrk_measured() {
+  local pid=$1 before after
+  shift
+  before=$(cpu_ticks "$pid")
+  WRK_OUT=$(wrk "$@")
+  after=$(cpu_ticks "$pid")
+  REQS=$(echo "$WRK_OUT" | awk '/requests in/ {print $1}')
+  RPS=$(echo "$WRK_OUT" | awk '/Requests\/sec/ {print $2}')
+  P99=$(echo "$WRK_OUT" | awk '$1=="99%" {print $2}')
+  CPU_US=$(awk -v ticks=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$REQS" 'BEGIN {printf "%.3f", ticks / hz * 1e6 / n}')
+}

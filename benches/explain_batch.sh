@@ -48,22 +48,15 @@ post_script "$WORK/batch.lua" "$WORK/batch.ndjson"
 curl -sf -X POST --data-binary "@$CHAT" "http://127.0.0.1:$PORT/decide/chat_moderation?explain=true" | grep -q '"trace"'
 lines=$(curl -sf -X POST --data-binary "@$WORK/batch.ndjson" "http://127.0.0.1:$PORT/decide/risk/batch" | grep -c '"rule_id"')
 [ "$lines" = 100 ] || { echo "the batch answered $lines decisions, not 100" >&2; exit 1; }
-TICK=$(getconf CLK_TCK)
 wrk -t1 -c4 -d1s -s "$WORK/risk.lua" "http://127.0.0.1:$PORT/decide/risk" >/dev/null
 run() { # name, decisions per request, wrk args...
   local name=$1 per=$2; shift 2
-  local before after out reqs rps p99
-  before=$(cpu_ticks $PID)
-  out=$(wrk -t"$THREADS" -c"$CONNS" -d"${SECONDS_PER_RUN}s" --latency "$@")
-  after=$(cpu_ticks $PID)
-  reqs=$(echo "$out" | awk '/requests in/ {print $1}')
-  rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
-  p99=$(echo "$out" | awk '$1=="99%" {print $2}')
-  if echo "$out" | grep -q 'Non-2xx'; then echo "$name: non-2xx answers" >&2; exit 1; fi
-  python3 - "$name" "$per" "$reqs" "$rps" "$p99" "$before" "$after" "$TICK" "$WORK/results" <<'PY'
+  wrk_measured "$PID" -t"$THREADS" -c"$CONNS" -d"${SECONDS_PER_RUN}s" --latency "$@"
+  if echo "$WRK_OUT" | grep -q 'Non-2xx'; then echo "$name: non-2xx answers" >&2; exit 1; fi
+  python3 - "$name" "$per" "$RPS" "$P99" "$CPU_US" "$WORK/results" <<'PY'
 import sys
-name, per, reqs, rps, p99, before, after, tick, out = sys.argv[1:]
-cpu_us = (int(after) - int(before)) / int(tick) * 1e6 / int(reqs)
+name, per, rps, p99, cpu_us, out = sys.argv[1:]
+cpu_us = float(cpu_us)
 line = "%s %s %.0f %s %.2f %.3f" % (name, per, float(rps), p99, cpu_us, cpu_us / int(per))
 print("%-8s %10.0f req/s %10.0f decisions/s  p99 %-8s  server CPU %7.2f us/request %6.3f us/decision"
       % (name, float(rps), float(rps) * int(per), p99, cpu_us, cpu_us / int(per)))

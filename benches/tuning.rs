@@ -40,7 +40,8 @@ use clef::snapshot::{Recorder, Settings, SnapshotsConfig};
 use clef::table::registry::{Registry, Sources};
 use clef::table::Limits;
 use clef::tuning::{Tuner, TuningConfig};
-use criterion::{criterion_group, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, BenchmarkGroup, Criterion};
 
 /// 200 rules, every one on the input's fields; the last reads the tunable `params.limit`.
 fn jev_table() -> String {
@@ -100,19 +101,11 @@ fn bench(c: &mut Criterion) {
         let pairs = [("off", &plain), ("on", &tuned), ("snapshots/off", &plain_ids), ("snapshots/on", &tuned_ids)];
         for (label, stages) in pairs {
             let case = format!("{name}/{label}");
-            let mut decide_once = || {
+            let decide_once = || {
                 out.clear();
                 black_box(pipeline::decide_staged(stages, &snapshot, resolved, black_box(input), &options, &mut out));
             };
-            if let Some(spec) = &count {
-                // `CASE:COUNT`: decide that case COUNT times, without criterion
-                let (wanted, n) = spec.rsplit_once(':').expect("TUNING_BENCH_COUNT=pay/off:100000");
-                if wanted == case {
-                    (0..n.parse::<u64>().expect("a count")).for_each(|_| decide_once());
-                }
-                continue;
-            }
-            group.bench_function(case, |b| b.iter(&mut decide_once));
+            run_case(&mut group, count.as_deref(), &case, &case, decide_once);
         }
     }
     group.finish();
@@ -161,22 +154,37 @@ fn served(c: &mut Criterion, dir: &tempfile::TempDir, inputs: &[(&str, Vec<u8>)]
             assert_eq!(answers.matches("HTTP/1.1 200 OK").count(), PIPELINED, "{name}/{label}: {answers:.300}");
             assert_eq!(answers.contains("\"variant\""), *label == "on", "{name}/{label}: {answers:.300}");
             let case = format!("{name}/{label}");
-            let mut serve_once = || {
+            let serve_once = || {
                 socket.read = 0;
                 socket.written.clear();
                 app.serve_connection(Listener::Main, black_box(&mut socket));
             };
-            if let Some(spec) = count {
-                let (wanted, n) = spec.rsplit_once(':').expect("TUNING_BENCH_COUNT=served/pay/off:1000");
-                if wanted == format!("served/{case}") {
-                    (0..n.parse::<u64>().expect("a count")).for_each(|_| serve_once());
-                }
-                continue;
-            }
-            group.bench_function(case, |b| b.iter(&mut serve_once));
+            run_case(&mut group, count, &case, &format!("served/{case}"), serve_once);
         }
     }
     group.finish();
+}
+
+/// Times `once` as the bench `case` of `group`; or, with `TUNING_BENCH_COUNT=COUNTED_AS:N`
+/// (see the module doc), runs it N times without criterion if this is that case, else not at all.
+fn run_case(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    count: Option<&str>,
+    case: &str,
+    counted_as: &str,
+    mut once: impl FnMut(),
+) {
+    match count {
+        None => {
+            group.bench_function(case, |b| b.iter(&mut once));
+        }
+        Some(spec) => {
+            let (wanted, n) = spec.rsplit_once(':').expect("TUNING_BENCH_COUNT=pay/off:100000");
+            if wanted == counted_as {
+                (0..n.parse::<u64>().expect("a count")).for_each(|_| once());
+            }
+        }
+    }
 }
 
 /// Requests per connection in the `served` benches.

@@ -64,24 +64,13 @@ LUA
   wrk -t1 -c4 -d1s -s "$WORK/$t.lua" "http://127.0.0.1:$PORT_off/decide/$t" >/dev/null
 done
 echo "RSS before: untuned $(rss_mb $PID_off) MB, tuned $(rss_mb $PID_on) MB"
-TICK=$(getconf CLK_TCK)
 run() { # table, server (on|off)
-  local pid port before after out reqs rps p99
+  local pid port
   pid=$(eval echo "\$PID_$2"); port=$(eval echo "\$PORT_$2")
-  before=$(cpu_ticks "$pid")
-  out=$(wrk -t"$THREADS" -c"$CONNS" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/$1.lua" "http://127.0.0.1:$port/decide/$1")
-  after=$(cpu_ticks "$pid")
-  reqs=$(echo "$out" | awk '/requests in/ {print $1}')
-  rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
-  p99=$(echo "$out" | awk '$1=="99%" {print $2}')
-  if echo "$out" | grep -q 'Non-2xx\|Socket errors'; then echo "$1/$2: errors: $out" >&2; exit 1; fi
-  python3 - "$1" "$2" "$reqs" "$rps" "$p99" "$before" "$after" "$TICK" "$WORK/results" <<'PY'
-import sys
-table, server, reqs, rps, p99, before, after, tick, out = sys.argv[1:]
-cpu_us = (int(after) - int(before)) / int(tick) * 1e6 / int(reqs)
-print("%-15s tuning %-3s %9.0f req/s  p99 %-8s  server CPU %6.2f us/request" % (table, server, float(rps), p99, cpu_us))
-open(out, "a").write("%s %s %.3f\n" % (table, server, cpu_us))
-PY
+  wrk_measured "$pid" -t"$THREADS" -c"$CONNS" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/$1.lua" "http://127.0.0.1:$port/decide/$1"
+  if echo "$WRK_OUT" | grep -q 'Non-2xx\|Socket errors'; then echo "$1/$2: errors: $WRK_OUT" >&2; exit 1; fi
+  printf '%-15s tuning %-3s %9.0f req/s  p99 %-8s  server CPU %6.2f us/request\n' "$1" "$2" "$RPS" "$P99" "$CPU_US"
+  echo "$1 $2 $CPU_US" >> "$WORK/results"
 }
 for round in $(seq "$ROUNDS"); do
   for t in pay search_rewrite; do
