@@ -214,6 +214,20 @@ fn documented_recipe(front: u16, service: u16, clef: u16) -> String {
         .replace("127.0.0.1:8080/authz/request_gate", &format!("127.0.0.1:{clef}/authz/gate"))
 }
 
+/// The nginx master process, stopped when dropped (a failed assertion included) with SIGTERM,
+/// on which it stops its workers too: a killed master would leave them running.
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let master = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        if nix::sys::signal::kill(master, nix::sys::signal::Signal::SIGTERM).is_err() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn nginx_auth_request_in_front_of_a_service() {
     let Some(nginx) = nginx() else {
@@ -245,7 +259,7 @@ http {{
         recipe = documented_recipe(front, service, srv.port),
     );
     let conf_path = write(dir.path(), "nginx.conf", conf);
-    let mut child = Command::new(nginx)
+    let child = Command::new(nginx)
         .arg("-p")
         .arg(dir.path())
         .arg("-c")
@@ -254,15 +268,14 @@ http {{
         .stderr(Stdio::null())
         .spawn()
         .expect("start nginx");
+    let nginx = Nginx(child);
     let deadline = Instant::now() + Duration::from_secs(5);
     while std::net::TcpStream::connect(("127.0.0.1", front)).is_err() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!(
-                "nginx did not listen: {}",
-                std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
-            );
-        }
+        assert!(
+            Instant::now() < deadline,
+            "nginx did not listen: {}",
+            std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let result = std::panic::catch_unwind(|| {
@@ -281,8 +294,7 @@ http {{
         let nowhere = ask("GET", "/nowhere", &[]);
         assert_eq!((nowhere.status, nowhere.header("retry-after")), (404, None));
     });
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(nginx);
     let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
     if let Err(e) = result {
         eprintln!("nginx error log:\n{log}");
