@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod authz;
 pub mod cli;
 pub mod config;
 pub mod decide;

@@ -1,6 +1,8 @@
 //! `/authz/{table}` (forward-auth, SPEC §6): the input built from the request, 200/403 by the
-//! action's `allow`, `X-Clef-Rule`, clef's own token in `X-Clef-Token`; and the README's nginx
-//! `auth_request` recipe run with a real nginx on loopback.
+//! action's `allow`, the status and headers an action asks for (as they are, or as nginx's
+//! `auth_request` takes them), `X-Clef-Rule`, clef's own token in `X-Clef-Token`; what an action
+//! may ask checked at load; and docs/api.md's nginx `auth_request` recipe run with a real nginx
+//! on loopback.
 // Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -88,8 +90,89 @@ fn the_server_token_goes_in_x_clef_token() {
     assert_eq!((r.status, r.header("x-clef-rule")), (200, Some("admin")), "{}", r.text());
 }
 
+/// A gate whose refusals ask for their status and headers.
+const REFUSALS: &str = r#"{"default": {"allow": false, "status": 404, "reason": "no route"},
+  "rules": [
+    {"id": "open", "condition": "path == \"/open\"", "action": {"allow": true, "headers": {"X-User": "guest"}}},
+    {"id": "embargo", "condition": "headers[\"cf-ipcountry\"] == \"KP\"", "action": {"allow": false, "status": 451}},
+    {"id": "slow_down", "condition": "headers[\"x-rate\"] == \"high\"", "action": {"allow": false, "status": 429, "headers": {"Retry-After": "30"}}},
+    {"id": "login", "condition": "path startsWith \"/private\" && headers.authorization == nil", "action": {"allow": false, "status": 401, "headers": {"WWW-Authenticate": "Bearer realm=\"api\""}}},
+    {"id": "member", "condition": "path startsWith \"/private\"", "action": {"allow": true, "headers": {"X-User": "member"}}},
+    {"id": "forbidden", "condition": "path startsWith \"/admin\"", "action": {"allow": false}}
+  ]}"#;
+
+#[test]
+fn a_table_chooses_the_status_and_headers_of_the_answer() {
+    let srv = Server::start(&config("", "", MODEL), &[("gate.json", REFUSALS)]);
+    let ask = |path: &str, headers: &[(&str, &str)]| call(srv.port, "GET", path, headers, b"");
+    let nginx = [("X-Clef-Proxy", "nginx")];
+
+    // as Envoy's ext_authz and the others take it: the status the action asks for, its headers
+    let r = ask("/authz/gate/open", &[]);
+    assert_eq!((r.status, r.header("x-clef-status"), r.header("x-user")), (200, Some("200"), Some("guest")));
+    let r = ask("/authz/gate/private/x", &[]);
+    assert_eq!((r.status, r.header("www-authenticate")), (401, Some("Bearer realm=\"api\"")), "{}", r.text());
+    assert_eq!((r.header("x-clef-status"), r.header("x-clef-rule")), (Some("401"), Some("login")));
+    let r = ask("/authz/gate/private/x", &[("Authorization", "Basic x")]);
+    assert_eq!((r.status, r.header("x-user")), (200, Some("member")), "{}", r.text());
+    let r = ask("/authz/gate/open", &[("X-Rate", "high")]);
+    assert_eq!((r.status, r.header("retry-after")), (200, None), "the first rule that matches decides");
+    let r = ask("/authz/gate/x", &[("X-Rate", "high")]);
+    assert_eq!((r.status, r.header("retry-after"), r.header("x-clef-rule")), (429, Some("30"), Some("slow_down")));
+    assert_eq!(r.json()["action"]["status"], json!(429), "the body is the decision: {}", r.text());
+    assert_eq!(ask("/authz/gate/x", &[("CF-IPCountry", "KP")]).status, 451);
+    let r = ask("/authz/gate/admin", &[]);
+    assert_eq!((r.status, r.header("x-clef-status")), (403, Some("403")), "no status: 403");
+    assert_eq!(ask("/authz/gate/nowhere", &[]).status, 404, "the default's status");
+
+    // as nginx's auth_request takes it: 2xx, 401 or 403, the status asked for in X-Clef-Status
+    let r = ask("/authz/gate/x", &[("X-Rate", "high"), nginx[0]]);
+    assert_eq!((r.status, r.header("x-clef-status"), r.header("retry-after")), (403, Some("429"), Some("30")));
+    let r = ask("/authz/gate/private/x", &nginx);
+    assert_eq!((r.status, r.header("www-authenticate")), (401, Some("Bearer realm=\"api\"")));
+    let r = ask("/authz/gate/x", &[("CF-IPCountry", "KP"), nginx[0]]);
+    assert_eq!((r.status, r.header("x-clef-status")), (403, Some("451")));
+    assert_eq!(ask("/authz/gate/open", &nginx).status, 200);
+    ask("/authz/gate/open", &[("X-Clef-Proxy", "envoy")]).assert_error(400, "invalid_header");
+}
+
+#[test]
+fn what_an_action_asks_of_forward_auth_is_checked_at_load() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cases = [
+        (
+            "jev.json",
+            "{\"rules\": [\n  {\"id\": \"a\", \"condition\": \"true\", \"action\": {\"status\": 99}}\n]}\n",
+            "jev.json:2:46: error: rule \"a\": in the action: \"status\" 99 must be an integer from 400 to 599",
+        ),
+        (
+            "allow.json",
+            "{\"default\": {\"allow\": true, \"status\": 403},\n \"rules\": []}\n",
+            "allow.json:1:13: error: in the default: \"status\" 403 must be an integer from 200 to 299 with \"allow\": true",
+        ),
+        (
+            "rules.yaml",
+            "rules:\n  - id: a\n    when: 'true'\n    action: {allow: false, headers: {Retry After: '30'}}\n",
+            "rules.yaml:4:13: error: rule \"a\": in the action: \"headers\": \"Retry After\" is not a header name",
+        ),
+        (
+            "cells.flash.json",
+            "{\"dimensions\": [{\"name\": \"d\", \"values\": [\"a\"]}],\n \"actions\": [{\"id\": 1, \"headers\": {\"Content-Length\": \"0\"}}],\n \"matrix\": [1]}\n",
+            "cells.flash.json:2:14: error: action 1: \"headers\": \"Content-Length\" is set by clef itself",
+        ),
+    ];
+    for (name, text, says) in cases {
+        let path = write(dir.path(), name, text);
+        let out = Command::new(env!("CARGO_BIN_EXE_clef")).arg("check").arg(&path).output().expect("run clef check");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        let want = format!("{}/{says}", dir.path().display());
+        assert!(stderr.contains(&want), "{name}: want `{want}` in\n{stderr}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
-// nginx auth_request in front of a service, as README shows
+// nginx auth_request in front of a service: docs/api.md's recipe, run as it is written
 
 fn nginx() -> Option<&'static str> {
     ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| std::path::Path::new(p).exists())
@@ -113,6 +196,38 @@ fn backend() -> u16 {
     port
 }
 
+/// The nginx configuration docs/api.md gives (README.md shows the same), with the ports and
+/// table of this test.
+fn documented_recipe(front: u16, service: u16, clef: u16) -> String {
+    let api = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/api.md")).expect("docs/api.md");
+    let marker = "<!-- nginx recipe: tests/authz.rs runs it -->\n```nginx\n";
+    let start = api.find(marker).expect("docs/api.md has the nginx recipe") + marker.len();
+    let recipe = &api[start..start + api[start..].find("```").expect("the recipe's fence ends")];
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    assert!(readme.contains(recipe), "README.md shows another nginx recipe than docs/api.md");
+    for from in ["listen 80;", "127.0.0.1:3000", "127.0.0.1:8080/authz/request_gate"] {
+        assert!(recipe.contains(from), "the recipe lost `{from}`");
+    }
+    recipe
+        .replace("listen 80;", &format!("listen 127.0.0.1:{front};"))
+        .replace("127.0.0.1:3000", &format!("127.0.0.1:{service}"))
+        .replace("127.0.0.1:8080/authz/request_gate", &format!("127.0.0.1:{clef}/authz/gate"))
+}
+
+/// The nginx master process, stopped when dropped (a failed assertion included) with SIGTERM,
+/// on which it stops its workers too: a killed master would leave them running.
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let master = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        if nix::sys::signal::kill(master, nix::sys::signal::Signal::SIGTERM).is_err() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn nginx_auth_request_in_front_of_a_service() {
     let Some(nginx) = nginx() else {
@@ -123,7 +238,7 @@ fn nginx_auth_request_in_front_of_a_service() {
         eprintln!("SKIPPED: nginx is not installed here (apt-get install nginx-light); .ci/run installs it");
         return;
     };
-    let srv = gate_server("");
+    let srv = Server::start(&config("", "", MODEL), &[("gate.json", REFUSALS)]);
     let service = backend();
     let front = free_port();
     let dir = tempfile::tempdir().expect("temp dir");
@@ -137,27 +252,14 @@ http {{
   access_log off;
   client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy; fastcgi_temp_path {dir}/fcgi;
   uwsgi_temp_path {dir}/uwsgi; scgi_temp_path {dir}/scgi;
-  server {{
-    listen 127.0.0.1:{front};
-    location / {{
-      auth_request /_clef;
-      proxy_pass http://127.0.0.1:{service};
-    }}
-    location = /_clef {{
-      internal;
-      proxy_pass http://127.0.0.1:{clef}/authz/gate$request_uri;
-      proxy_pass_request_body off;
-      proxy_set_header Content-Length "";
-      proxy_set_header X-Original-Method $request_method;
-    }}
-  }}
+{recipe}
 }}
 "#,
         dir = dir.path().display(),
-        clef = srv.port,
+        recipe = documented_recipe(front, service, srv.port),
     );
     let conf_path = write(dir.path(), "nginx.conf", conf);
-    let mut child = Command::new(nginx)
+    let child = Command::new(nginx)
         .arg("-p")
         .arg(dir.path())
         .arg("-c")
@@ -166,32 +268,38 @@ http {{
         .stderr(Stdio::null())
         .spawn()
         .expect("start nginx");
+    let nginx = Nginx(child);
     let deadline = Instant::now() + Duration::from_secs(5);
     while std::net::TcpStream::connect(("127.0.0.1", front)).is_err() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!(
-                "nginx did not listen: {}",
-                std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
-            );
-        }
+        assert!(
+            Instant::now() < deadline,
+            "nginx did not listen: {}",
+            std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let result = std::panic::catch_unwind(|| {
-        let ok = call(front, "GET", "/health", &[], b"");
-        assert_eq!((ok.status, ok.text()), (200, "backend /health".to_string()));
-        let denied = call(front, "GET", "/admin/users", &[], b"");
-        assert_eq!(denied.status, 403, "{}", denied.text());
-        let admin = call(front, "GET", "/admin/users?page=2", &[("Authorization", "Bearer t")], b"");
-        assert_eq!((admin.status, admin.text()), (200, "backend /admin/users?page=2".to_string()));
-        let forced = call(front, "DELETE", "/orders/9?force=1", &[], b"");
-        assert_eq!(forced.status, 200, "{}", forced.text());
-        assert_eq!(call(front, "DELETE", "/orders/9", &[], b"").status, 403);
+        let ask = |method: &str, path: &str, headers: &[(&str, &str)]| call(front, method, path, headers, b"");
+        let ok = ask("GET", "/open?page=2", &[]);
+        assert_eq!((ok.status, ok.text()), (200, "backend /open?page=2".to_string()));
+        let member = ask("POST", "/private/notes", &[("Authorization", "Bearer t")]);
+        assert_eq!((member.status, member.text()), (200, "backend /private/notes".to_string()));
+        // each refusal with the status and headers its rule asks for
+        let login = ask("GET", "/private/notes", &[]);
+        assert_eq!((login.status, login.header("www-authenticate")), (401, Some("Bearer realm=\"api\"")));
+        let slow = ask("GET", "/x", &[("X-Rate", "high")]);
+        assert_eq!((slow.status, slow.header("retry-after")), (429, Some("30")), "{}", slow.text());
+        assert_eq!(ask("GET", "/x", &[("CF-IPCountry", "KP")]).status, 451);
+        assert_eq!(ask("DELETE", "/admin/users", &[]).status, 403);
+        let nowhere = ask("GET", "/nowhere", &[]);
+        assert_eq!((nowhere.status, nowhere.header("retry-after")), (404, None));
     });
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(nginx);
+    let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
     if let Err(e) = result {
-        eprintln!("nginx error log:\n{}", std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default());
+        eprintln!("nginx error log:\n{log}");
         std::panic::resume_unwind(e);
     }
+    // a status auth_request does not take would be its 500, and an error in its log
+    assert!(!log.contains("auth request unexpected status"), "{log}");
 }

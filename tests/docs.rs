@@ -5,7 +5,9 @@
 //! metric, table key or flag that the docs lack, or the docs name one the code does not have,
 //! a test here fails and says which. The example expressions of `docs/language.md` are evaluated,
 //! the example files marked `<!-- file: NAME -->` are loaded and their tests run, and every
-//! relative link must resolve inside the repository.
+//! relative link must resolve inside the repository. The command summaries list every command,
+//! and the examples that name a table of `tables/` fit it: a `curl … /decide` sends only fields
+//! the table reads and gets a decision, a kill switch names a rule the table has.
 //!
 //! What the docs must look like for this to work (each page says it in its tables' headers):
 //! - `docs/config.md`: tables headed `| key | type | default | meaning |`;
@@ -872,6 +874,89 @@ fn commands_and_flags_are_documented() {
             }
         }
     }
+}
+
+#[test]
+fn command_summaries_list_every_command() {
+    let commands = commands_and_flags();
+    // the summary block opening docs/cli.md, and README's under `## Commands`
+    let cli = read("docs/cli.md");
+    let readme = read("README.md");
+    let readme_commands = &readme[readme.find("## Commands").expect("README.md has `## Commands`")..];
+    for (doc, text) in [("docs/cli.md", cli.as_str()), ("README.md", readme_commands)] {
+        let (_, block) = fenced_blocks(text).into_iter().next().unwrap_or_else(|| panic!("{doc}: no summary block"));
+        for command in commands.keys() {
+            let listed = block.lines().any(|l| {
+                l.strip_prefix("clef ")
+                    .and_then(|rest| rest.trim_start().strip_prefix(command.as_str()))
+                    .is_some_and(|after| after.is_empty() || after.starts_with(' '))
+            });
+            assert!(listed, "{doc}: the command summary lacks `clef {command}`:\n{block}");
+        }
+    }
+}
+
+/// The `curl … /decide[/TABLE] -d '{…}'` examples of the docs: (file, table, input).
+fn curl_decisions() -> Vec<(String, String, String)> {
+    let call =
+        regex::Regex::new(r"curl [^\n]*?/decide(?:/([A-Za-z0-9_]+))?['?\s][^\n]*?-d '(\{[^']*\})'").expect("regex");
+    let mut out = Vec::new();
+    for rel in doc_files() {
+        for (_, block) in fenced_blocks(&read(&rel)) {
+            for c in call.captures_iter(&block) {
+                let table = c.get(1).map_or("risk", |m| m.as_str()).to_string();
+                out.push((rel.clone(), table, c[2].to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn curl_examples_send_what_their_table_reads() {
+    let examples = curl_decisions();
+    assert!(examples.len() >= 5, "hardly any curl examples were found: {examples:?}");
+    let mut checked = 0;
+    for (rel, table, input) in examples {
+        // the repository's tables (`risk` is config.yaml's default table); others are the doc's own
+        let path = Path::new(ROOT).join("tables").join(format!("{table}.json"));
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let fields: Json = serde_json::from_str(&input).unwrap_or_else(|e| panic!("{rel}: {input} is not JSON: {e}"));
+        let file: Json = serde_json::from_str(&text).expect("a table");
+        if let Some(schema) = file.get("schema").and_then(Json::as_object) {
+            let declared: BTreeSet<&str> = schema.keys().map(|k| k.split('.').next().unwrap_or(k)).collect();
+            for key in fields.as_object().expect("an object").keys() {
+                assert!(
+                    declared.contains(key.as_str()),
+                    "{rel}: `{input}` sends `{key}`, which table {table} does not read"
+                );
+            }
+        }
+        let loaded = clef::table::Table::load(&path, &clef::table::Limits::default()).expect("the table loads");
+        if let Err(e) = loaded.decide(input.as_bytes(), false) {
+            panic!("{rel}: `{input}` to table {table}: {e}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 3, "hardly any curl example names a table of the repository");
+}
+
+#[test]
+fn kill_switch_examples_name_rules_their_table_has() {
+    let switch = regex::Regex::new(r"/tables/([A-Za-z0-9_]+)/rules/([A-Za-z0-9_]+)/enabled").expect("regex");
+    let mut checked = 0;
+    for rel in doc_files() {
+        for c in switch.captures_iter(&read(&rel)) {
+            let path = Path::new(ROOT).join("tables").join(format!("{}.json", &c[1]));
+            let Ok(text) = std::fs::read_to_string(&path) else { continue };
+            let file: Json = serde_json::from_str(&text).expect("a table");
+            let rules = file.get("rules").unwrap_or(&file).as_array().expect("rules");
+            let ids: Vec<&str> = rules.iter().filter_map(|r| r["id"].as_str()).collect();
+            assert!(ids.contains(&&c[2]), "{rel}: {} names a rule table {} does not have: {ids:?}", &c[0], &c[1]);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "hardly any kill switch example names a table of the repository");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -358,6 +358,11 @@ fn a_killed_peer_fails_no_request_is_ejected_in_time_and_returns() {
     let i = instances(&router);
     assert_eq!(i["p1"]["ejections"], json!(1), "{i:?}");
     assert!(i["p2"]["retried"].as_u64().unwrap() + i["p1"]["failed"].as_u64().unwrap() >= 1, "{i:?}");
+    // the log says when the ejection ended, as it said when it began
+    let log = router.log_text();
+    let ejected = log.find("router: instance p1 ejected").unwrap_or_else(|| panic!("no ejection logged: {log}"));
+    let back = log.find("router: instance p1 is healthy again").unwrap_or_else(|| panic!("no return logged: {log}"));
+    assert!(ejected < back, "{log}");
     let metrics = router.get("/metrics").text();
     assert!(metrics.contains("clef_router_ejections_total{instance=\"p1\"} 1\n"), "{metrics}");
     let failed = format!("clef_router_failed_total{{instance=\"p1\"}} {}\n", i["p1"]["failed"]);
@@ -563,4 +568,108 @@ fn router_config_errors_point_at_the_value() {
     // no router: section is fine and changes nothing
     std::fs::write(dir.path().join("config.yaml"), "server: {port: 8080}\n").unwrap();
     assert!(clef::config::check_file(&dir.path().join("config.yaml")).is_empty());
+}
+
+/// `POST /decide/{table}/batch` through the router: the answer's lines.
+fn batch_lines(router: &Server, table: &str, body: &str) -> (u16, Vec<Json>) {
+    let r = router.post(&format!("/decide/{table}/batch"), body);
+    let lines = r.text().lines().map(|l| serde_json::from_str(l).unwrap_or(Json::Null)).collect();
+    (r.status, lines)
+}
+
+#[test]
+fn a_batch_is_answered_one_line_per_input_whatever_the_peer_answers() {
+    // three inputs on NDJSON lines 1, 2 and 4
+    let body = "{\"x\": 1}\n{\"x\": 20}\n\n{\"x\": 3}\n";
+
+    // a clef peer: its lines, each naming it
+    let good = free_port();
+    let _good = peer(good, "good");
+    let router = Server::start(&router_config("", &[("good", good, "JP")]), &[("other.json", &table("other"))]);
+    wait_state(&router, 5, "good", "healthy");
+    let (status, lines) = batch_lines(&router, "t", body);
+    assert_eq!(status, 200, "{lines:?}");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for (line, big) in lines.iter().zip([None, Some(true), None]) {
+        assert_eq!((&line["instance"], &line["action"]["who"]), (&json!("good"), &json!("good")), "{line}");
+        assert_eq!(line["action"].get("big"), big.map(Json::Bool).as_ref(), "{line}");
+    }
+    drop(router);
+
+    // a peer that answers one object to a batch (an older or foreign server): not an answer
+    // clef sends, so the forward failed and the fallback table decides every line
+    let single = fake_peer(Fake::Peer { load: 0.0, status: 200, who: "single" });
+    let router = Server::start(
+        &router_config("  fallback_table: backup\n", &[("single", single.port, "JP")]),
+        &[("backup.json", &named_table("backup"))],
+    );
+    wait_state(&router, 5, "single", "healthy");
+    let (status, lines) = batch_lines(&router, "t", body);
+    assert_eq!(status, 200, "{lines:?}");
+    assert_eq!(lines.len(), 3, "one line per input: {lines:?}");
+    for line in &lines {
+        assert_eq!((&line["table"], &line["instance"]), (&json!("backup"), &json!("local")), "{line}");
+        assert_eq!(line["degraded_reason"], json!("router_fallback"), "{line}");
+    }
+    assert!(single.decides.load(Ordering::Relaxed) >= 1, "the batch went to the peer first");
+    drop(router);
+
+    // a peer that refuses the whole batch (4xx): passed through, not retried, as the error of
+    // each line, with its line number
+    let refuses = fake_peer(Fake::Peer { load: 0.0, status: 401, who: "refuses" });
+    let router = Server::start(
+        &router_config("  fallback_table: backup\n", &[("refuses", refuses.port, "JP")]),
+        &[("backup.json", &named_table("backup"))],
+    );
+    wait_state(&router, 5, "refuses", "healthy");
+    let r = router.post("/decide/t/batch", body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/x-ndjson"), "{}", r.text());
+    let lines: Vec<Json> = r.text().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(
+        lines,
+        [1, 2, 4].map(|n| json!({"error": {"code": "boom", "message": "fake failure"}, "line": n})),
+        "{}",
+        r.text()
+    );
+    let decides = refuses.decides.load(Ordering::Relaxed);
+    assert_eq!(decides, 1, "a 4xx is not retried");
+}
+
+#[test]
+fn a_forwarded_status_keeps_its_reason_phrase() {
+    let strict = fake_peer(Fake::Peer { load: 0.0, status: 422, who: "strict" });
+    let router =
+        Server::start(&router_config("", &[("strict", strict.port, "JP")]), &[("other.json", &table("other"))]);
+    wait_state(&router, 5, "strict", "healthy");
+    let mut conn = TcpStream::connect(("127.0.0.1", router.port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conn.write_all(&request_bytes("POST", "/decide/t", &[], b"{}")).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n") && conn.read(&mut byte).unwrap() == 1 {
+        head.push(byte[0]);
+    }
+    assert_eq!(String::from_utf8_lossy(&head), "HTTP/1.1 422 Unprocessable Entity\r\n");
+}
+
+#[test]
+fn authz_decided_by_a_peer_answers_the_status_and_headers_its_action_asks_for() {
+    let gate = r#"{"default": {"allow": false},
+      "rules": [
+        {"id": "slow_down", "condition": "headers[\"x-rate\"] == \"high\"", "action": {"allow": false, "status": 429, "headers": {"Retry-After": "30"}}},
+        {"id": "open", "condition": "true", "action": {"allow": true, "headers": {"X-User": "guest"}}}
+      ]}"#;
+    let p = free_port();
+    let _peer = peer_at(p, &[("gate.json", gate.to_string())], "");
+    let router = Server::start(&router_config("", &[("p", p, "JP")]), &[("other.json", &table("other"))]);
+    wait_state(&router, 5, "p", "healthy");
+    let ask = |headers: &[(&str, &str)]| call(router.port, "GET", "/authz/gate/x", headers, b"");
+    let r = ask(&[("X-Rate", "high")]);
+    assert_eq!((r.status, r.header("retry-after"), r.header("x-clef-status")), (429, Some("30"), Some("429")));
+    assert_eq!((r.header("x-clef-rule"), &r.json()["instance"]), (Some("slow_down"), &json!("p")), "{}", r.text());
+    let r = ask(&[("X-Rate", "high"), ("X-Clef-Proxy", "nginx")]);
+    assert_eq!((r.status, r.header("x-clef-status")), (403, Some("429")), "{}", r.text());
+    let r = ask(&[]);
+    assert_eq!((r.status, r.header("x-user"), r.header("x-clef-rule")), (200, Some("guest"), Some("open")));
 }

@@ -8,6 +8,13 @@
 //! counts towards the instance's ejection and moves on to the retry instance (then to `local`
 //! when it serves the table). A decision's `instance` is rewritten to the id our configuration
 //! gives the peer (which itself says `local`).
+//!
+//! A batch is answered one line per input, in input order (SPEC §6), whoever decides it: a 2xx
+//! answer with any other number of lines (an older or foreign server answering one object) is a
+//! failure like a 5xx, and a 4xx refusal of the whole batch becomes that error on every input's
+//! line, with its line number, as `POST /decide/{table}` to that peer would answer each input.
+//! Only a body that is no batch at all (an array that is not valid JSON) gets the peer's error
+//! as it is, the one answer any clef gives such a body.
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -87,11 +94,17 @@ pub fn run(router: &Router, plan: &Plan, out: &Outgoing<'_>) -> Result<Answer, U
         return Err(Unanswered::Failed("nothing to forward to".into()));
     };
     let request = encode(router, out);
+    let shape = match out.endpoint {
+        Endpoint::Decide => Shape::Decision,
+        Endpoint::Batch => Shape::Batch(
+            crate::decide::batch_items(out.body).ok().map(|items| items.into_iter().map(|(line, _)| line).collect()),
+        ),
+    };
     let mut why = String::new();
     let mut target = Some(*first);
     let mut attempt = 0;
     while let Some(t) = target {
-        match attempt_once(router, t, attempt > 0, &request, out.endpoint) {
+        match attempt_once(router, t, attempt > 0, &request, &shape) {
             Ok(answer) => return Ok(answer),
             Err(e) => {
                 if !why.is_empty() {
@@ -111,18 +124,12 @@ pub fn run(router: &Router, plan: &Plan, out: &Outgoing<'_>) -> Result<Answer, U
 }
 
 /// One forward to `target`, counted in its figures.
-fn attempt_once(
-    router: &Router,
-    target: Target,
-    retry: bool,
-    request: &[u8],
-    endpoint: Endpoint,
-) -> Result<Answer, String> {
+fn attempt_once(router: &Router, target: Target, retry: bool, request: &[u8], shape: &Shape) -> Result<Answer, String> {
     let guard = router.begin_forward(target, retry);
     let deadline = Instant::now() + Duration::from_millis(router.config.forward_timeout_ms);
     let key = (router.uid << 32) | u64::from(target.index);
     let result = client::exchange_pooled(key, target.addr, request, deadline, MAX_ANSWER_BYTES, |reply| {
-        accept(router, target.index, reply, endpoint)
+        accept(router, target.index, reply, shape)
     });
     match result.map_err(|e: ClientError| e.to_string()).and_then(|answer| answer) {
         Ok(answer) => {
@@ -167,32 +174,72 @@ fn encode(router: &Router, out: &Outgoing<'_>) -> Vec<u8> {
     r
 }
 
+/// What a peer's answer must be to be ours.
+enum Shape {
+    /// a decision (or an error) for one input
+    Decision,
+    /// one NDJSON line per input: the line numbers of the inputs (`None`: the body is no batch
+    /// any clef reads, so the peer's answer is its error for the whole body)
+    Batch(Option<Vec<usize>>),
+}
+
 /// Turns a peer's answer into ours: 2xx and 4xx are answers; anything else fails the attempt.
-fn accept(router: &Router, index: u32, x: client::Reply<'_>, endpoint: Endpoint) -> Result<Answer, String> {
+fn accept(router: &Router, index: u32, x: client::Reply<'_>, shape: &Shape) -> Result<Answer, String> {
     if x.status >= 500 {
         return Err(format!("answered {}", x.status));
     }
     let body = std::str::from_utf8(x.body).map_err(|_| "answered a body that is not UTF-8".to_string())?;
     let id = router.instance_id(index);
-    let (body, content_type) = if x.status >= 300 {
+    let refused = x.status >= 300;
+    let (status, body, content_type) = match shape {
         // passed through as the peer wrote it
-        (body.to_string(), "application/json")
-    } else {
-        match endpoint {
-            Endpoint::Decide => {
-                (rename_instance(body, id).ok_or("answered something that is not a decision")?, "application/json")
+        Shape::Decision | Shape::Batch(None) if refused => (x.status, body.to_string(), "application/json"),
+        Shape::Decision => (
+            x.status,
+            rename_instance(body, id).ok_or("answered something that is not a decision")?,
+            "application/json",
+        ),
+        Shape::Batch(None) => return Err("answered a decision to a body that is no batch".into()),
+        Shape::Batch(Some(inputs)) if refused => {
+            (200, refusal_per_line(x.status, body, inputs)?, "application/x-ndjson")
+        }
+        Shape::Batch(Some(inputs)) => {
+            let mut out = String::with_capacity(body.len() + 16 * inputs.len());
+            let mut lines = 0;
+            for line in body.lines().filter(|l| !l.trim().is_empty()) {
+                out.push_str(&rename_instance(line, id).ok_or("answered a batch line that is not a JSON object")?);
+                out.push('\n');
+                lines += 1;
             }
-            Endpoint::Batch => {
-                let mut out = String::with_capacity(body.len() + 16);
-                for line in body.lines().filter(|l| !l.trim().is_empty()) {
-                    out.push_str(&rename_instance(line, id).ok_or("answered a batch line that is not JSON")?);
-                    out.push('\n');
-                }
-                (out, "application/x-ndjson")
+            if lines != inputs.len() {
+                return Err(format!("answered {lines} lines to a batch of {} inputs", inputs.len()));
             }
+            (x.status, out, "application/x-ndjson")
         }
     };
-    Ok(Answer { status: x.status, content_type, body, instance: index })
+    Ok(Answer { status, content_type, body, instance: index })
+}
+
+/// A peer's refusal of a whole batch (`{"error": {"code", "message"}}`) as the error of each
+/// input, on its line: `{"error": {…}, "line": N}`.
+fn refusal_per_line(status: u16, body: &str, inputs: &[usize]) -> Result<String, String> {
+    #[derive(serde::Deserialize)]
+    struct Refusal {
+        error: Error,
+    }
+    #[derive(serde::Deserialize)]
+    struct Error {
+        code: String,
+        message: String,
+    }
+    let refusal: Refusal =
+        serde_json::from_str(body).map_err(|_| format!("answered {status} with a body that is not a clef error"))?;
+    let mut out = String::with_capacity(inputs.len() * (body.len() + 16));
+    for &line in inputs {
+        crate::decide::write_line_error(&refusal.error.code, &refusal.error.message, line, &mut out);
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 /// `text` (a JSON object) with its top-level `instance` set to `id`; `None` when it is not an
@@ -272,18 +319,20 @@ impl<'de> serde::Deserialize<'de> for Key<'de> {
     }
 }
 
-/// Reads what a forwarded decision says, for `/authz`: whether its action allows, its
-/// `rule_id` (as text) and its `snapshot_id`.
-pub fn authz_verdict(body: &str) -> (bool, Option<String>, Option<String>) {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else { return (false, None, None) };
-    let allowed = v.get("action").and_then(|a| a.get("allow")) == Some(&serde_json::Value::Bool(true));
+/// Reads what a forwarded decision says, for `/authz`: its action (`null` when the body is
+/// not a decision), its `rule_id` (as text) and its `snapshot_id`.
+pub fn authz_parts(body: &str) -> (serde_json::Value, Option<String>, Option<String>) {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(body) else {
+        return (serde_json::Value::Null, None, None);
+    };
     let rule = match v.get("rule_id") {
         Some(serde_json::Value::String(s)) => Some(s.clone()),
         Some(serde_json::Value::Null) | None => None,
         Some(other) => Some(other.to_string()),
     };
     let snapshot = v.get("snapshot_id").and_then(|s| s.as_str()).map(str::to_string);
-    (allowed, rule, snapshot)
+    let action = v.get_mut("action").map(serde_json::Value::take).unwrap_or_default();
+    (action, rule, snapshot)
 }
 
 #[cfg(test)]
@@ -303,11 +352,12 @@ mod tests {
     }
 
     #[test]
-    fn reads_authz_verdicts() {
+    fn reads_forwarded_authz_decisions() {
         assert_eq!(
-            authz_verdict(r#"{"rule_id":"ok","action":{"allow":true},"snapshot_id":"s"}"#),
-            (true, Some("ok".into()), Some("s".into()))
+            authz_parts(r#"{"rule_id":"ok","action":{"allow":true},"snapshot_id":"s"}"#),
+            (serde_json::json!({"allow": true}), Some("ok".into()), Some("s".into()))
         );
-        assert_eq!(authz_verdict(r#"{"rule_id":null,"action":{"allow":"yes"}}"#), (false, None, None));
+        assert_eq!(authz_parts(r#"{"rule_id":7,"action":null}"#), (serde_json::Value::Null, Some("7".into()), None));
+        assert_eq!(authz_parts("[1]"), (serde_json::Value::Null, None, None));
     }
 }

@@ -150,6 +150,13 @@ impl Control {
                 p.state = match p.state {
                     InstanceState::Unknown | InstanceState::Healthy => InstanceState::Healthy,
                     InstanceState::Unhealthy | InstanceState::Ejected if p.oks_in_row >= healthy_after => {
+                        // said as loudly as the ejection was, so that the log shows when it ended
+                        log::warn!(
+                            "router: instance {} is healthy again after {} successful probes in a row ({}); it takes requests",
+                            router.specs[index].id,
+                            p.oks_in_row,
+                            if p.state == InstanceState::Ejected { "was ejected" } else { "was failing" },
+                        );
                         p.ejected_until = None;
                         InstanceState::Healthy
                     }

@@ -1,5 +1,6 @@
 //! HTTP/1.1 requests and responses as the connection loop sees them.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use crate::expr::json::write_json_string;
@@ -45,8 +46,8 @@ impl Request<'_> {
 pub struct Response {
     /// status code
     pub status: u16,
-    /// extra header lines, each `Name: value`
-    pub headers: Vec<(&'static str, String)>,
+    /// extra header lines, each `Name: value` (a name a table chose is owned)
+    pub headers: Vec<(Cow<'static, str>, String)>,
     /// the body
     pub body: String,
     /// content type
@@ -97,6 +98,11 @@ impl Response {
         }
     }
 
+    /// Adds a header line.
+    pub fn add_header(&mut self, name: impl Into<Cow<'static, str>>, value: impl Into<String>) {
+        self.headers.push((name.into(), value.into()));
+    }
+
     /// A JSON error body: `{"error": {"code": ..., "message": ...}}`.
     pub fn error(&mut self, status: u16, code: &str, message: &str) {
         self.status = status;
@@ -128,25 +134,44 @@ impl Response {
     }
 }
 
-/// The reason phrase of a status code.
+/// The reason phrase of a status code: the IANA registry's (RFC 9110 and later), or for a code
+/// it lacks (a peer's answer passed through may carry any), the name of its class.
 pub fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        204 => "No Content",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        411 => "Length Required",
-        413 => "Payload Too Large",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        _ => "Unknown",
+    match http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()) {
+        Some(phrase) => phrase,
+        None => match status / 100 {
+            1 => "Informational",
+            2 => "Success",
+            3 => "Redirection",
+            4 => "Client Error",
+            _ => "Server Error",
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_has_its_reason_phrase() {
+        let cases = [
+            (200, "OK"),
+            (401, "Unauthorized"),
+            (413, "Payload Too Large"),
+            (422, "Unprocessable Entity"),
+            (429, "Too Many Requests"),
+            (431, "Request Header Fields Too Large"),
+            (451, "Unavailable For Legal Reasons"),
+            (502, "Bad Gateway"),
+            (499, "Client Error"),
+            (299, "Success"),
+        ];
+        for (status, phrase) in cases {
+            assert_eq!(reason(status), phrase, "{status}");
+        }
+        for status in 100..600 {
+            assert!(!reason(status).is_empty(), "{status}");
+        }
     }
 }

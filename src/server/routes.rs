@@ -8,6 +8,7 @@ use percent_encoding::percent_decode_str;
 use super::admin;
 use super::http::{Request, Response};
 use super::App;
+use crate::authz::{header_safe, Proxy, Verdict};
 use crate::decide::{self as pipeline, Refusal, Routed};
 use crate::expr::json::{write_json_float, write_json_string, write_string_map};
 use crate::metrics::{self, Gauges, TableLoad, TableView};
@@ -130,9 +131,9 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         add_cors_headers(app, req, rsp);
         if req.method == "OPTIONS" {
             rsp.status = 204;
-            rsp.headers.push(("Access-Control-Allow-Methods", "GET, POST, OPTIONS".into()));
-            rsp.headers.push(("Access-Control-Allow-Headers", "Content-Type, Authorization, X-Clef-Token".into()));
-            rsp.headers.push(("Access-Control-Max-Age", "600".into()));
+            rsp.add_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            rsp.add_header("Access-Control-Allow-Headers", "Content-Type, Authorization, X-Clef-Token");
+            rsp.add_header("Access-Control-Max-Age", "600");
             return;
         }
     }
@@ -187,12 +188,12 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         }
     };
     if !method_ok {
-        rsp.headers.push(("Allow", allowed.into()));
+        rsp.add_header("Allow", allowed);
         rsp.error(405, "method_not_allowed", &format!("{} {} is not allowed; use {allowed}", req.method, req.path));
         return;
     }
     if admin && !authorized(app.admin_token.as_deref(), req) {
-        rsp.headers.push(("WWW-Authenticate", "Bearer".into()));
+        rsp.add_header("WWW-Authenticate", "Bearer");
         rsp.error(401, "unauthorized", "admin endpoints need Authorization: Bearer <admin token>");
         return;
     }
@@ -203,7 +204,7 @@ pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Respon
         Route::Decide(_) | Route::Batch(_) | Route::Tables | Route::Table(_) | Route::Feedback | Route::Tuning(_)
     );
     if !admin && needs_server_token && !authorized(app.server_token.as_deref(), req) {
-        rsp.headers.push(("WWW-Authenticate", "Bearer".into()));
+        rsp.add_header("WWW-Authenticate", "Bearer");
         rsp.error(401, "unauthorized", "this endpoint needs Authorization: Bearer <token> (server.token_file)");
         return;
     }
@@ -284,8 +285,8 @@ fn add_cors_headers(app: &App, req: &Request<'_>, rsp: &mut Response) {
         origin.filter(|o| app.cors_origins.iter().any(|a| a == o)).map(str::to_string)
     };
     if let Some(a) = allow {
-        rsp.headers.push(("Access-Control-Allow-Origin", a));
-        rsp.headers.push(("Vary", "Origin".into()));
+        rsp.add_header("Access-Control-Allow-Origin", a);
+        rsp.add_header("Vary", "Origin");
     }
 }
 
@@ -362,15 +363,20 @@ fn batch(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
 }
 
 /// `/authz/{table}`: decides on the request itself — `method`, `path` (what follows
-/// `/authz/{table}`), `query` and `headers` (names in lower case) — and answers 200 when the
-/// action says `"allow": true`, else 403; `X-Clef-Rule` names the rule and `X-Clef-Snapshot`
-/// the snapshot.
+/// `/authz/{table}`), `query` and `headers` (names in lower case) — and answers with the status
+/// and headers the action asks for ([`crate::authz`]: 200 when it says `"allow": true`, else
+/// 403 by default); `X-Clef-Status` says that status, `X-Clef-Rule` names the rule and
+/// `X-Clef-Snapshot` the snapshot.
 fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Response) {
+    let proxy = match Proxy::from_header(req.header("x-clef-proxy")) {
+        Ok(proxy) => proxy,
+        Err(message) => return rsp.error(400, "invalid_header", &message),
+    };
     let tables = app.registry.snapshot();
     let input = authz_input(asked, req);
     let (name, degraded) = match routed(app, &tables, Some(name), Endpoint::Decide, input.as_bytes(), req, rsp) {
         Step::Here(name, degraded) => (name, degraded),
-        Step::Forwarded(answer) => return authz_forwarded(answer, rsp),
+        Step::Forwarded(answer) => return authz_forwarded(answer, proxy, rsp),
         Step::Answered => return,
     };
     let resolved = match pipeline::resolve(&tables, name.as_deref(), None) {
@@ -384,20 +390,28 @@ fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Respon
     match &decided.result {
         Ok(decision) => {
             let table = decided.table;
-            let allowed = serde_json::from_str::<serde_json::Value>(table.action_json(decision))
-                .is_ok_and(|a| a.get("allow") == Some(&serde_json::Value::Bool(true)));
-            rsp.status = if allowed { 200 } else { 403 };
+            let action = serde_json::from_str(table.action_json(decision)).unwrap_or(serde_json::Value::Null);
+            answer_verdict(&Verdict::of_action(&action), proxy, rsp);
             if let Some(rule) = table.outcome_id(decision) {
-                rsp.headers.push(("X-Clef-Rule", header_safe(&rule)));
+                rsp.add_header("X-Clef-Rule", header_safe(&rule));
             }
             if let Some(id) = decided.snapshot {
-                rsp.headers.push(("X-Clef-Snapshot", id.text().as_str().to_string()));
+                rsp.add_header("X-Clef-Snapshot", id.text().as_str().to_string());
             }
         }
         Err(e) => {
             rsp.body.clear();
             rsp.error(e.status(), e.code(), &e.to_string());
         }
+    }
+}
+
+/// The status and headers of a forward-auth answer, for `proxy`.
+fn answer_verdict(verdict: &Verdict, proxy: Proxy, rsp: &mut Response) {
+    rsp.status = verdict.answer_status(proxy);
+    rsp.add_header("X-Clef-Status", verdict.status.to_string());
+    for (name, value) in &verdict.headers {
+        rsp.add_header(name.clone(), value.clone());
     }
 }
 
@@ -451,20 +465,20 @@ fn routed<'n>(
     }
 }
 
-/// `/authz` answered by another instance: 200 when its action allows, else 403, with the rule
-/// and snapshot headers; its 4xx errors as they are.
-fn authz_forwarded(answer: Answer, rsp: &mut Response) {
+/// `/authz` answered by another instance: its decision's action answered as a local one is,
+/// with the rule and snapshot headers; its 4xx errors as they are.
+fn authz_forwarded(answer: Answer, proxy: Proxy, rsp: &mut Response) {
     if answer.status != 200 {
         return answer.write(rsp);
     }
-    let (allowed, rule, snapshot) = crate::router::forward::authz_verdict(&answer.body);
+    let (action, rule, snapshot) = crate::router::forward::authz_parts(&answer.body);
     answer.write(rsp);
-    rsp.status = if allowed { 200 } else { 403 };
+    answer_verdict(&Verdict::of_action(&action), proxy, rsp);
     if let Some(rule) = rule {
-        rsp.headers.push(("X-Clef-Rule", header_safe(&rule)));
+        rsp.add_header("X-Clef-Rule", header_safe(&rule));
     }
     if let Some(id) = snapshot {
-        rsp.headers.push(("X-Clef-Snapshot", header_safe(&id)));
+        rsp.add_header("X-Clef-Snapshot", header_safe(&id));
     }
 }
 
@@ -530,11 +544,6 @@ fn authz_input(asked: &str, req: &Request<'_>) -> String {
         }
     }
     serde_json::json!({"method": method, "path": path, "query": query, "headers": headers}).to_string()
-}
-
-/// A value fit for a response header: printable ASCII only.
-fn header_safe(text: &str) -> String {
-    text.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect()
 }
 
 /// What makes `/health` `degraded`, by table: a latest file that failed to load, and a

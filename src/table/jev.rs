@@ -283,7 +283,13 @@ impl<'s> Loader<'s> {
 
     fn default_action(&mut self, raw: &RawValue) -> Option<serde_json::Value> {
         match serde_json::from_str::<serde_json::Value>(raw.get()) {
-            Ok(v @ serde_json::Value::Object(_)) => Some(v),
+            Ok(v @ serde_json::Value::Object(_)) => match crate::authz::check_action(&v) {
+                Ok(()) => Some(v),
+                Err(problem) => {
+                    self.at(raw, format!("in the default: {problem}"));
+                    None
+                }
+            },
             Ok(serde_json::Value::Null) => None,
             _ => {
                 self.at(raw, "\"default\" must be an action object (or null)".into());

@@ -371,6 +371,10 @@ impl<'s> Reader<'s> {
             );
             return None;
         }
+        if let Err(problem) = crate::authz::check_action(&value) {
+            self.at(&node.span, format!("in the default: {problem}"));
+            return None;
+        }
         Some(value)
     }
 

@@ -133,6 +133,9 @@ pub fn build(
             if !value.is_object() {
                 diags.push(at(place, format!("{label}: \"{what}\" must be an object (key: value pairs)")));
                 shapes_ok = false;
+            } else if let Err(problem) = crate::authz::check_action(value) {
+                diags.push(at(place, format!("{label}: in the {what}: {problem}")));
+                shapes_ok = false;
             } else if spec.templates {
                 if let Err(problem) = each_string(value, &mut |s| placeholders(s).map(drop)) {
                     diags.push(at(place, format!("{label}: in the {what}: {problem}")));

@@ -238,7 +238,10 @@ impl FlashTable {
         let mut actions = Vec::with_capacity(n_actions);
         for (i, a) in spec.actions.iter().enumerate() {
             match serde_json::from_str::<serde_json::Value>(a) {
-                Ok(v @ serde_json::Value::Object(_)) => actions.push(v.to_string().into_boxed_str()),
+                Ok(v @ serde_json::Value::Object(_)) => {
+                    crate::authz::check_action(&v).map_err(|problem| format!("action #{i}: {problem}"))?;
+                    actions.push(v.to_string().into_boxed_str());
+                }
                 _ => return Err(format!("action #{i} is not a JSON object")),
             }
         }

@@ -264,6 +264,10 @@ impl<'s> Front<'s> {
                 self.l.at(id_raw, format!("two actions have the id {id}; ids must be unique"));
                 continue;
             }
+            if let Err(problem) = crate::authz::check_action(&value) {
+                self.l.at(a, format!("action {id}: {problem}"));
+                continue;
+            }
             self.actions.push((id, value));
         }
     }
