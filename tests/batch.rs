@@ -72,6 +72,65 @@ fn batch_limits_and_errors() {
 }
 
 #[test]
+fn streamed_answers_keep_pipelined_requests_in_step() {
+    let srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
+    // a batch whose answer spans many chunks, between other requests sent in one go
+    let big = [r#"{"x": 50}"#; 2000].join("\n");
+    let mut c = Conn::open(srv.port);
+    let mut all = request_bytes("POST", "/decide/risk/batch", &[], big.as_bytes());
+    all.extend(request_bytes("GET", "/health", &[], b""));
+    all.extend(request_bytes("HEAD", "/metrics", &[], b""));
+    all.extend(request_bytes("GET", "/metrics", &[], b""));
+    all.extend(request_bytes("POST", "/decide/risk/batch?explain=true", &[], br#"{"x": 50}"#));
+    all.extend(request_bytes("POST", "/decide/risk", &[("Connection", "close")], br#"{"x": 50}"#));
+    c.send(&all);
+    let batch = c.read_response().expect("the batch");
+    assert!(batch.body.len() > 200_000, "{} bytes", batch.body.len());
+    assert_eq!(lines(&batch).len(), 2000);
+    assert_eq!(c.read_response().expect("/health").json()["status"], json!("ok"));
+    c.head_only = true;
+    let head = c.read_response().expect("HEAD /metrics");
+    c.head_only = false;
+    assert_eq!((head.status, head.header("transfer-encoding"), head.body.len()), (200, Some("chunked"), 0));
+    assert!(c.read_response().expect("/metrics").text().contains("clef_decisions_total{"));
+    let explained = lines(&c.read_response().expect("the explained batch"));
+    assert!(explained[0]["trace"].is_array(), "{}", explained[0]);
+    let last = c.read_response().expect("the last decision");
+    assert_eq!((last.json()["action"]["a"].clone(), last.header("connection")), (json!("big"), Some("close")));
+    assert!(c.closed_within(std::time::Duration::from_secs(2)));
+}
+
+#[test]
+fn a_batch_forwarded_by_a_router_is_answered_by_the_peer() {
+    // The router's client reads answers with a Content-Length: the peer sends a forwarded
+    // batch's answer whole, however it streams the batches of its own clients.
+    let peer_port = free_port();
+    let peer_config = format!(
+        "server:\n  host: 127.0.0.1\n  port: {peer_port}\nadmin:\n  listen: \"\"\nmodel:\n  watch_file: false\n"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    write(dir.path(), "tables/remote.json", table("remote"));
+    let _peer = Server::launch(dir, move |_| peer_config.clone().into_bytes(), move |_, _| Some(peer_port));
+    let router = Server::start(
+        &config(
+            "",
+            "",
+            &format!(
+                "model:\n  watch_file: false\nrouter:\n  forward_timeout_ms: 5000\n  health: {{interval_ms: 100, timeout_ms: 80, unhealthy_after: 2, \
+                 healthy_after: 1, ejection_ms: 1000}}\n  instances:\n    - {{id: local}}\n    - {{id: p, addr: 127.0.0.1:{peer_port}}}\n"
+            ),
+        ),
+        &[("risk.json", &table("big"))],
+    );
+    let body = [r#"{"x": 50}"#; 300].join("\n");
+    router
+        .eventually(5, "the peer answers through the router", |r| r.post("/decide/remote/batch", &body).status == 200);
+    let got = lines(&router.post("/decide/remote/batch", &body));
+    assert_eq!(got.len(), 300);
+    assert!(got.iter().all(|d| d["action"]["a"] == json!("remote") && d["instance"] == json!("p")), "{:?}", got[0]);
+}
+
+#[test]
 fn what_one_batch_may_produce_is_bounded_by_max_batch_lines() {
     let srv = Server::start(
         &config("  max_batch_lines: 50\n", "", "model:\n  default_table: risk\n  watch_file: false\n"),
