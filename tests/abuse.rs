@@ -206,13 +206,14 @@ fn batch_answers_are_streamed_under_the_connection_cap_and_their_memory_comes_ba
     for r in readers {
         r.join().expect("a reading client");
     }
+    // the clients that do not read are dropped by the write timeout
+    srv.eventually(10, "48 write timeouts", |s| metric(s, "clef_write_timeouts_total") >= 48.0);
     let peak = srv.peak_rss_kib();
     drop(parked);
     let after = rss_settles(&srv, before + 16 * 1024, Duration::from_secs(10));
     eprintln!("RSS: before {before} KiB, peak {peak} KiB, after {after} KiB");
     assert!(peak <= before + 48 * 1024, "RSS grew from {before} to {peak} KiB");
     assert!(after <= before + 16 * 1024, "RSS stayed at {after} KiB (from {before} KiB)");
-    assert!(metric(&srv, "clef_write_timeouts_total") >= 1.0, "the clients that did not read were not dropped");
 }
 
 #[test]
