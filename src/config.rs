@@ -97,6 +97,11 @@ pub struct Server {
     pub max_headers: usize,
     /// most bytes of request headers (431 beyond)
     pub max_header_bytes: usize,
+    /// the memory all connections together may hold for requests larger than their first
+    /// 8 KiB; `None`: [`Server::request_memory`]'s default
+    pub request_memory_bytes: Option<usize>,
+    /// most inputs in one batch request (413 beyond)
+    pub max_batch_lines: usize,
     /// bearer token for decision/authz/feedback calls; absent = open
     #[serde(deserialize_with = "opt_path")]
     pub token_file: Option<PathBuf>,
@@ -245,6 +250,8 @@ impl Default for Server {
             write_timeout_ms: 5000,
             max_headers: 64,
             max_header_bytes: 16384,
+            request_memory_bytes: None,
+            max_batch_lines: 10_000,
             token_file: None,
             cors: Cors::default(),
         }
@@ -627,6 +634,13 @@ pub const MAX_HEADER_BYTES: usize = 1 << 20;
 /// The largest request body: a body is held in memory whole while it is decided.
 pub const MAX_BODY_BYTES: usize = 64 << 20;
 
+/// The memory all connections together may hold for large requests when
+/// `server.request_memory_bytes` is not set (and 4 of the largest requests fit in it).
+pub const DEFAULT_REQUEST_MEMORY: usize = 16 << 20;
+
+/// The most inputs `server.max_batch_lines` may allow in one batch.
+pub const MAX_BATCH_LINES: usize = 10_000_000;
+
 /// `max_body_bytes` may be at most this fraction (1/N) of the memory clef may use: every
 /// connection may be reading a body at once.
 pub const BODY_MEMORY_SHARE: u64 = 16;
@@ -677,6 +691,18 @@ impl Server {
         } else {
             self.workers
         }
+    }
+
+    /// The memory all connections together may hold for requests larger than their first
+    /// 8 KiB: `request_memory_bytes`, else [`DEFAULT_REQUEST_MEMORY`] or room for 4 requests of
+    /// the largest size, whichever is more.
+    pub fn request_memory(&self) -> usize {
+        self.request_memory_bytes.unwrap_or_else(|| DEFAULT_REQUEST_MEMORY.max(4 * self.largest_request()))
+    }
+
+    /// The bytes of the largest request accepted: its head and its body.
+    fn largest_request(&self) -> usize {
+        self.max_body_bytes.saturating_add(self.max_header_bytes)
     }
 
     /// The open files `clef serve` needs at most: one per connection, [`FDS_PER_WORKER`] per
@@ -864,6 +890,48 @@ fn review(l: &mut Layered, machine: &Machine) -> (Vec<Diagnostic>, Vec<Diagnosti
                 size(s.max_body_bytes as u64),
                 size(share),
                 size(machine.memory)
+            ),
+        ));
+    }
+
+    let request_memory = ["server", "request_memory_bytes"];
+    if let Some(given) = s.request_memory_bytes {
+        let largest = s.largest_request();
+        if given < largest {
+            errors.push(l.at_value(
+                &request_memory,
+                format!(
+                    "`server.request_memory_bytes` is {given} ({}), less than one request of the largest size \
+                     (max_body_bytes + max_header_bytes: {largest}, {}): such a request could never be read; \
+                     write at least {largest}, or null for the default",
+                    size(given as u64),
+                    size(largest as u64)
+                ),
+            ));
+        } else if given as u64 > machine.memory {
+            errors.push(l.at_value(
+                &request_memory,
+                format!(
+                    "`server.request_memory_bytes` is {given} ({}), more than the memory clef may use here ({}; \
+                     MemTotal, or the cgroup's memory.max): it would bound nothing",
+                    size(given as u64),
+                    size(machine.memory)
+                ),
+            ));
+        }
+    }
+    let batch_lines = ["server", "max_batch_lines"];
+    if s.max_batch_lines == 0 {
+        errors.push(
+            l.at_value(&batch_lines, "`server.max_batch_lines` is 0: every batch request would be answered 413".into()),
+        );
+    } else if s.max_batch_lines > MAX_BATCH_LINES {
+        errors.push(l.at_value(
+            &batch_lines,
+            format!(
+                "`server.max_batch_lines` is {}, more than {MAX_BATCH_LINES}: one request could keep a worker \
+                 deciding for minutes; the default is {}",
+                s.max_batch_lines, defaults.max_batch_lines
             ),
         ));
     }
@@ -1599,6 +1667,29 @@ mod tests {
         assert!(value_error("max_header_bytes", "0", &PI).contains("431"));
         assert!(value_error("max_header_bytes", "1048577", &PI).contains("more than 1 MiB"));
         no_errors("server:\n  max_header_bytes: 1048576\n", &PI);
+    }
+
+    #[test]
+    fn request_memory_holds_one_largest_request_and_fits_the_machine() {
+        // 64 KiB of body and 16 KiB of head by default: 81920 bytes is the least
+        let m = value_error("request_memory_bytes", "81919", &PI);
+        assert!(m.contains("less than one request of the largest size") && m.contains("81920"), "{m}");
+        no_errors("server:\n  request_memory_bytes: 81920\n", &PI);
+        let m = value_error("request_memory_bytes", "1073741825", &PI);
+        assert!(m.contains("more than the memory clef may use here (1 GiB"), "{m}");
+        // the default: 16 MiB, or room for 4 of the largest requests
+        assert_eq!(Server::default().request_memory(), 16 << 20);
+        let large = Server { max_body_bytes: 8 << 20, ..Server::default() };
+        assert_eq!(large.request_memory(), 4 * ((8 << 20) + 16384));
+        let given = Server { request_memory_bytes: Some(100_000), ..Server::default() };
+        assert_eq!(given.request_memory(), 100_000);
+    }
+
+    #[test]
+    fn max_batch_lines_is_bounded() {
+        assert!(value_error("max_batch_lines", "0", &PI).contains("413"));
+        assert!(value_error("max_batch_lines", "10000001", &PI).contains("more than 10000000"));
+        no_errors("server:\n  max_batch_lines: 10000000\n", &PI);
     }
 
     #[test]

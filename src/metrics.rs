@@ -6,6 +6,10 @@
 //! snapshot, and encodes it with the `prometheus-client` text encoders through a [`Registry`]
 //! of [`Collector`]s (one per group of metric families).
 //!
+//! The tables are not copied for a scrape: a [`TableSource`] is walked once per metric family,
+//! so that a scrape of thousands of tables holds one table's figures at a time, and the text
+//! can be written to the client as it is encoded ([`write_format`]).
+//!
 //! A scrape also reads the figures of the whole process from `/proc/self` ([`ProcessStats`]),
 //! with the names and meanings of the Prometheus client libraries' process collectors
 //! (`process_cpu_seconds_total`, `process_resident_memory_bytes`, …), and names the build
@@ -23,7 +27,7 @@
 use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crossbeam::utils::CachePadded;
 use prometheus_client::collector::Collector;
@@ -214,11 +218,11 @@ impl TableStats {
         out
     }
 
-    fn snapshot(&self, view: &TableView<'_>) -> TableSnapshot {
+    fn snapshot(&self) -> TableSnapshot<'_> {
         let totals = self.totals();
         let n = self.rule_ids.len();
-        let nonzero = |counts: &[u64]| -> Vec<(String, u64)> {
-            counts.iter().zip(&self.rule_ids).filter(|(c, _)| **c != 0).map(|(c, id)| (id.clone(), *c)).collect()
+        let nonzero = |counts: &[u64]| -> Vec<(&str, u64)> {
+            counts.iter().zip(&self.rule_ids).filter(|(c, _)| **c != 0).map(|(c, id)| (id.as_str(), *c)).collect()
         };
         let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS_US
             .iter()
@@ -227,9 +231,6 @@ impl TableStats {
             .collect();
         buckets.push((f64::INFINITY, totals[BUCKETS + N_BUCKETS]));
         TableSnapshot {
-            name: view.name.to_owned(),
-            version: view.version.to_owned(),
-            kind: view.kind.to_owned(),
             matched: nonzero(&totals[FIXED..FIXED + n]),
             warnings: nonzero(&totals[FIXED + n..FIXED + 2 * n]),
             no_match: totals[NO_MATCH],
@@ -418,6 +419,41 @@ impl ServerStats {
 // ---------------------------------------------------------------------------------------------
 // Scrape
 
+/// The tables a scrape reports on, walked once per metric family (nothing of them is copied
+/// for the scrape). The server's is the registry's snapshot of its tables; [`TableList`] is a
+/// fixed list.
+pub trait TableSource: fmt::Debug + Send + Sync + 'static {
+    /// Calls `f` with every table being served, in the order they are reported.
+    fn each_table(&self, f: &mut dyn FnMut(TableView<'_>) -> fmt::Result) -> fmt::Result;
+    /// Calls `f` with every table name and the state of its loading (`clef_table_load_…`).
+    fn each_load(&self, f: &mut dyn FnMut(TableLoad<'_>) -> fmt::Result) -> fmt::Result;
+}
+
+/// A fixed list of tables to report on (tests, tools).
+#[derive(Debug, Default)]
+pub struct TableList {
+    /// the tables served: name, version, kind and counters
+    pub served: Vec<(String, String, String, Arc<TableStats>)>,
+    /// every table name: name, whether its latest file fails to load, failed loads
+    pub loads: Vec<(String, bool, u64)>,
+}
+
+impl TableSource for TableList {
+    fn each_table(&self, f: &mut dyn FnMut(TableView<'_>) -> fmt::Result) -> fmt::Result {
+        for (name, version, kind, stats) in &self.served {
+            f(TableView { name, version, kind, stats })?;
+        }
+        Ok(())
+    }
+
+    fn each_load(&self, f: &mut dyn FnMut(TableLoad<'_>) -> fmt::Result) -> fmt::Result {
+        for (name, failing, failures) in &self.loads {
+            f(TableLoad { name, failing: *failing, failures: *failures })?;
+        }
+        Ok(())
+    }
+}
+
 /// What a scrape needs about one table.
 #[derive(Debug, Clone, Copy)]
 pub struct TableView<'a> {
@@ -444,7 +480,7 @@ pub struct TableLoad<'a> {
     pub failures: u64,
 }
 
-/// Gauges read at scrape time, and the load state of every table.
+/// Gauges read at scrape time.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Gauges<'a> {
     /// Seconds since the server started (`clef_uptime_seconds`).
@@ -455,9 +491,9 @@ pub struct Gauges<'a> {
     pub load: f64,
     /// Open client connections (`clef_open_connections`).
     pub open_connections: u64,
-    /// Every table name with its load state (`clef_table_load_failing`,
-    /// `clef_table_load_failures_total`; `clef_table_load_errors` counts the failing ones).
-    pub table_loads: &'a [TableLoad<'a>],
+    /// Bytes held by requests larger than a connection's base buffer, and their answers sent
+    /// whole (`clef_request_memory_bytes`).
+    pub request_memory: u64,
     /// The snapshot recorder's figures, when snapshots are on.
     pub snapshots: Option<SnapshotFigures>,
     /// Every shadow table's agreement (`clef_shadow_decisions_total`).
@@ -588,35 +624,57 @@ impl Format {
 }
 
 /// Encodes everything in the OpenMetrics text format (serve with [`CONTENT_TYPE`]).
-pub fn encode(tables: &[TableView<'_>], server: &ServerStats, gauges: &Gauges<'_>) -> String {
+pub fn encode(tables: Arc<dyn TableSource>, server: &ServerStats, gauges: &Gauges<'_>) -> String {
     encode_format(Format::OpenMetrics, tables, server, gauges)
 }
 
 /// Encodes everything in the given format (serve with [`Format::content_type`]), with the
 /// process figures read from `/proc/self` now.
-pub fn encode_format(format: Format, tables: &[TableView<'_>], server: &ServerStats, gauges: &Gauges<'_>) -> String {
-    encode_with(format, tables, server, gauges, ProcessStats::read())
+pub fn encode_format(
+    format: Format,
+    tables: Arc<dyn TableSource>,
+    server: &ServerStats,
+    gauges: &Gauges<'_>,
+) -> String {
+    let mut out = String::with_capacity(4096);
+    let result = write_with(&mut out, format, tables, server, gauges, ProcessStats::read());
+    // Writing to a String cannot fail, and the collectors only pass errors through.
+    debug_assert!(result.is_ok(), "encoding metrics failed");
+    out
 }
 
-/// [`encode_format`] with these process figures (the tests give fixed ones).
-fn encode_with(
+/// [`encode_format`] into `out` as it is encoded, a few KiB at a time: `/metrics` streams it to
+/// the client. `Err` when `out` fails (the client is gone).
+pub fn write_format(
+    out: &mut dyn fmt::Write,
     format: Format,
-    tables: &[TableView<'_>],
+    tables: Arc<dyn TableSource>,
+    server: &ServerStats,
+    gauges: &Gauges<'_>,
+) -> fmt::Result {
+    write_with(out, format, tables, server, gauges, ProcessStats::read())
+}
+
+/// [`write_format`] with these process figures (the tests give fixed ones).
+fn write_with(
+    mut out: &mut dyn fmt::Write,
+    format: Format,
+    tables: Arc<dyn TableSource>,
     server: &ServerStats,
     gauges: &Gauges<'_>,
     process: Option<ProcessStats>,
-) -> String {
+) -> fmt::Result {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(BuildCollector));
-    registry.register_collector(Box::new(TablesCollector(tables.iter().map(|t| t.stats.snapshot(t)).collect())));
-    let loads = gauges.table_loads.iter().map(|t| (t.name.to_owned(), t.failing, t.failures)).collect();
-    registry.register_collector(Box::new(TableLoadsCollector(loads)));
+    registry.register_collector(Box::new(TablesCollector(tables.clone())));
+    registry.register_collector(Box::new(TableLoadsCollector(tables)));
     registry.register_collector(Box::new(ServerCollector(server.snapshot())));
     registry.register_collector(Box::new(GaugesCollector {
         uptime_seconds: gauges.uptime_seconds,
         load: gauges.load,
         inflight: gauges.inflight,
         open_connections: gauges.open_connections,
+        request_memory: gauges.request_memory,
     }));
     registry.register_collector(Box::new(StagesCollector {
         snapshots: gauges.snapshots,
@@ -628,25 +686,19 @@ fn encode_with(
     if let Some(process) = process {
         registry.register_collector(Box::new(ProcessCollector(process)));
     }
-    let mut out = String::with_capacity(4096);
-    let result = match format {
+    match format {
         Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
         Format::Prometheus => prometheus_client::encoding::prometheus_text::encode(&mut out, &registry),
-    };
-    // Writing to a String cannot fail, and the collectors only pass errors through.
-    debug_assert!(result.is_ok(), "encoding metrics failed");
-    out
+    }
 }
 
+/// One table's figures, summed over the stripes when a family is encoded.
 #[derive(Debug)]
-struct TableSnapshot {
-    name: String,
-    version: String,
-    kind: String,
+struct TableSnapshot<'a> {
     /// Non-zero decision counts by rule id.
-    matched: Vec<(String, u64)>,
+    matched: Vec<(&'a str, u64)>,
     /// Non-zero warning counts by rule id.
-    warnings: Vec<(String, u64)>,
+    warnings: Vec<(&'a str, u64)>,
     no_match: u64,
     invalid: u64,
     /// Upper bound in seconds (last: +Inf), non-cumulative count.
@@ -668,48 +720,50 @@ struct ServerSnapshot {
     last_reload_ok: f64,
 }
 
+/// The families of every served table, each table's counters summed as it is encoded.
 #[derive(Debug)]
-struct TablesCollector(Vec<TableSnapshot>);
+struct TablesCollector(Arc<dyn TableSource>);
 
 impl Collector for TablesCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let help = "Decisions by table, rule and outcome (matched, default: no rule matched, invalid_input)";
         let mut m = encoder.encode_descriptor("clef_decisions", help, None, MetricType::Counter)?;
-        for t in &self.0 {
-            let table = t.name.as_str();
+        self.0.each_table(&mut |view| {
+            let t = view.stats.snapshot();
             for (rule, n) in &t.matched {
-                let labels = [("table", table), ("rule", rule.as_str()), ("outcome", "matched")];
+                let labels = [("table", view.name), ("rule", rule), ("outcome", "matched")];
                 ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
             }
-            let labels = [("table", table), ("rule", ""), ("outcome", "default")];
+            let labels = [("table", view.name), ("rule", ""), ("outcome", "default")];
             ConstCounter::new(t.no_match).encode(m.encode_family(&labels)?)?;
-            let labels = [("table", table), ("rule", ""), ("outcome", "invalid_input")];
-            ConstCounter::new(t.invalid).encode(m.encode_family(&labels)?)?;
-        }
+            let labels = [("table", view.name), ("rule", ""), ("outcome", "invalid_input")];
+            ConstCounter::new(t.invalid).encode(m.encode_family(&labels)?)
+        })?;
 
         let help = "Time to decide, by table: parsing the request body, evaluating the rules and rendering the \
                     answer body (not reading the request or sending the answer); invalid inputs are not timed";
         let mut m = encoder.encode_descriptor("clef_decision_duration_seconds", help, None, MetricType::Histogram)?;
-        for t in &self.0 {
-            let labels = [("table", t.name.as_str())];
-            m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(t.sum_seconds, t.count, &t.buckets, None)?;
-        }
+        self.0.each_table(&mut |view| {
+            let t = view.stats.snapshot();
+            let labels = [("table", view.name)];
+            m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(t.sum_seconds, t.count, &t.buckets, None)
+        })?;
 
         let help = "Rule evaluation errors reported as decision warnings, by table and rule";
         let mut m = encoder.encode_descriptor("clef_evaluation_warnings", help, None, MetricType::Counter)?;
-        for t in &self.0 {
-            for (rule, n) in &t.warnings {
-                let labels = [("table", t.name.as_str()), ("rule", rule.as_str())];
+        self.0.each_table(&mut |view| {
+            for (rule, n) in &view.stats.snapshot().warnings {
+                let labels = [("table", view.name), ("rule", rule)];
                 ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
             }
-        }
+            Ok(())
+        })?;
 
         let help = "Tables being served, with their version and kind";
         let mut m = encoder.encode_descriptor("clef_table", help, None, MetricType::Info)?;
-        for t in &self.0 {
-            m.encode_info(&[("table", t.name.as_str()), ("version", t.version.as_str()), ("kind", t.kind.as_str())])?;
-        }
-        Ok(())
+        self.0.each_table(&mut |view| {
+            m.encode_info(&[("table", view.name), ("version", view.version), ("kind", view.kind)])
+        })
     }
 }
 
@@ -776,24 +830,23 @@ impl Collector for BuildCollector {
 
 /// Per table name: whether its latest file fails to load, and how often its loads failed.
 #[derive(Debug)]
-struct TableLoadsCollector(Vec<(String, bool, u64)>);
+struct TableLoadsCollector(Arc<dyn TableSource>);
 
 impl Collector for TableLoadsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let help = "1 while the table's latest file fails to load (an older version may still serve), else 0";
         let mut m = encoder.encode_descriptor("clef_table_load_failing", help, None, MetricType::Gauge)?;
-        for (table, failing, _) in &self.0 {
-            ConstGauge::new(u64::from(*failing)).encode(m.encode_family(&[("table", table.as_str())])?)?;
-        }
+        let mut failing = 0u64;
+        self.0.each_load(&mut |t| {
+            failing += u64::from(t.failing);
+            ConstGauge::new(u64::from(t.failing)).encode(m.encode_family(&[("table", t.name)])?)
+        })?;
 
         let help = "Failed loads of the table's file since the server started, at start and on reloads";
         let mut m = encoder.encode_descriptor("clef_table_load_failures", help, None, MetricType::Counter)?;
-        for (table, _, failures) in &self.0 {
-            ConstCounter::new(*failures).encode(m.encode_family(&[("table", table.as_str())])?)?;
-        }
+        self.0.each_load(&mut |t| ConstCounter::new(t.failures).encode(m.encode_family(&[("table", t.name)])?))?;
 
         let help = "Tables whose latest file failed to load (an older version may still serve)";
-        let failing = self.0.iter().filter(|(_, failing, _)| *failing).count() as u64;
         let m = encoder.encode_descriptor("clef_table_load_errors", help, None, MetricType::Gauge)?;
         ConstGauge::new(failing).encode(m)
     }
@@ -805,6 +858,7 @@ struct GaugesCollector {
     load: f64,
     inflight: u64,
     open_connections: u64,
+    request_memory: u64,
 }
 
 impl Collector for GaugesCollector {
@@ -816,6 +870,11 @@ impl Collector for GaugesCollector {
         let ints = [
             ("clef_inflight_requests", "Requests being handled now", self.inflight),
             ("clef_open_connections", "Open client connections", self.open_connections),
+            (
+                "clef_request_memory_bytes",
+                "Memory held by requests larger than a connection's base buffer, and by answers sent whole",
+                self.request_memory,
+            ),
         ];
         for (name, help, value) in floats {
             ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
@@ -1028,21 +1087,26 @@ mod tests {
         ids.iter().map(|s| s.to_string()).collect()
     }
 
-    const LOADS: &[TableLoad<'static>] = &[
-        TableLoad { name: "risk", failing: false, failures: 0 },
-        TableLoad { name: "idle", failing: true, failures: 2 },
-        TableLoad { name: "never", failing: true, failures: 5 },
-    ];
+    /// Every table name the server knows (`never` has never loaded), with its load state.
+    fn loads() -> Vec<(String, bool, u64)> {
+        vec![("risk".into(), false, 0), ("idle".into(), true, 2), ("never".into(), true, 5)]
+    }
+
+    /// Served tables as a scrape sees them (and [`loads`]).
+    fn listed(served: Vec<(&str, &str, &str, TableStats)>) -> Arc<dyn TableSource> {
+        let served = served.into_iter().map(|(n, v, k, s)| (n.to_owned(), v.to_owned(), k.to_owned(), Arc::new(s)));
+        Arc::new(TableList { served: served.collect(), loads: loads() })
+    }
+
+    /// What [`encode_format`] writes, in one string.
+    fn encoded(format: Format, tables: Arc<dyn TableSource>, server: &ServerStats, process: ProcessStats) -> String {
+        let mut out = String::new();
+        write_with(&mut out, format, tables, server, &gauges(), Some(process)).unwrap();
+        out
+    }
 
     fn gauges() -> Gauges<'static> {
-        Gauges {
-            uptime_seconds: 12.5,
-            inflight: 3,
-            load: 0.25,
-            open_connections: 7,
-            table_loads: LOADS,
-            ..Gauges::default()
-        }
+        Gauges { uptime_seconds: 12.5, inflight: 3, load: 0.25, open_connections: 7, ..Gauges::default() }
     }
 
     const PROCESS: ProcessStats = ProcessStats {
@@ -1144,11 +1208,8 @@ mod tests {
         server.request_timed_out();
         server.reload_finished(true, 1_700_000_000.5);
         server.reload_finished(false, 1_700_000_100.0);
-        let tables = [
-            TableView { name: "risk", version: "sha256:ab12", kind: "jev", stats: &risk },
-            TableView { name: "idle", version: "v0", kind: "flash", stats: &empty },
-        ];
-        encode_with(format, &tables, &server, &gauges(), Some(PROCESS))
+        let tables = listed(vec![("risk", "sha256:ab12", "jev", risk), ("idle", "v0", "flash", empty)]);
+        encoded(format, tables, &server, PROCESS)
     }
 
     fn check_sample_output(format: Format) {
@@ -1254,12 +1315,13 @@ mod tests {
     #[test]
     fn encode_is_openmetrics() {
         let server = ServerStats::default();
-        let out = encode(&[], &server, &Gauges::default());
+        let none = || -> Arc<dyn TableSource> { Arc::new(TableList::default()) };
+        let out = encode(none(), &server, &Gauges::default());
         // The process figures move between two scrapes; everything else must be the same.
         let steady = |text: &str| -> Vec<String> {
             text.lines().filter(|l| !l.contains("process_")).map(str::to_owned).collect()
         };
-        assert_eq!(steady(&out), steady(&encode_format(Format::OpenMetrics, &[], &server, &Gauges::default())));
+        assert_eq!(steady(&out), steady(&encode_format(Format::OpenMetrics, none(), &server, &Gauges::default())));
         assert!(out.contains("# HELP clef_decisions Decisions by table"));
         assert_eq!(
             value(&parse(&out, Format::OpenMetrics), "clef_last_reload_success_timestamp_seconds", &[]),
@@ -1298,9 +1360,9 @@ mod tests {
         let rule = "line\nbreak \"q\"";
         let stats = TableStats::new(vec![rule.to_owned()]);
         stats.record(Some(0), 10, &[0]);
-        let tables = [TableView { name, version: "v\\1", kind: "jev", stats: &stats }];
+        let tables = listed(vec![(name, "v\\1", "jev", stats)]);
         for format in [Format::OpenMetrics, Format::Prometheus] {
-            let text = encode_format(format, &tables, &ServerStats::new(), &gauges());
+            let text = encoded(format, tables.clone(), &ServerStats::new(), PROCESS);
             assert!(text.contains(r#"table="we\"ird\\name""#), "{text}");
             assert!(text.contains(r#"rule="line\nbreak \"q\"""#), "{text}");
             let s = parse(&text, format);

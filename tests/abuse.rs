@@ -152,6 +152,175 @@ fn idle_connections_give_their_buffers_back() {
     assert!(after <= before + 8 * 1024, "RSS stayed at {after} KiB after the connections closed (from {before})");
 }
 
+/// The value of a labelled series (Prometheus text format), 0 when absent.
+fn labelled_metric(srv: &Server, series: &str) -> f64 {
+    let text = srv.get("/metrics").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .map_or(0.0, |v| v.trim().parse().expect("a number"))
+}
+
+/// Lets this test process open `n` more sockets (CI's soft limit is often 1,024).
+fn room_for_sockets(n: u64) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    let wanted = (soft + n).min(hard);
+    if wanted > soft {
+        setrlimit(Resource::RLIMIT_NOFILE, wanted, hard).expect("setrlimit");
+    }
+}
+
+#[test]
+fn batch_answers_are_streamed_under_the_connection_cap_and_their_memory_comes_back() {
+    // Issue 23: 64 KiB of `{}` lines answered 4.45 MB, built whole; 200 clients that sent one
+    // batch and did not read held 1.8 GB, still held 20 s later. Here 48 such clients, each
+    // with 16 KiB of lines (1.1 MB of answer), while 8 others read theirs.
+    let cfg = config("  write_timeout_ms: 1000\n  idle_timeout_ms: 20000\n", "", MODEL);
+    let srv = Server::start(&cfg, &[("risk.json", &table("big"))]);
+    let before = srv.rss_kib();
+    srv.reset_peak_rss();
+    let lines = 16 * 1024 / 3;
+    let body = "{}\n".repeat(lines);
+    let request = request_bytes("POST", "/decide/risk/batch", &[], body.as_bytes());
+    let mut parked: Vec<TcpStream> = (0..48).map(|_| small_window_client(srv.port)).collect();
+    let sent = push_without_reading(&mut parked, &request, Duration::from_secs(3));
+    assert!(sent.iter().all(|&n| n == request.len()), "the batches were not all sent: {sent:?}");
+    let port = srv.port;
+    let body = Arc::new(body);
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut c = Conn::open(port);
+                for _ in 0..2 {
+                    let r = c.request("POST", "/decide/risk/batch", &[], body.as_bytes());
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+                    let text = r.text();
+                    assert_eq!(text.lines().count(), lines);
+                    assert!(text.lines().all(|l| l.starts_with("{\"rule_id\":null,\"matched\":false")), "{text:.300}");
+                }
+            })
+        })
+        .collect();
+    for r in readers {
+        r.join().expect("a reading client");
+    }
+    // the clients that do not read are dropped by the write timeout
+    srv.eventually(10, "48 write timeouts", |s| metric(s, "clef_write_timeouts_total") >= 48.0);
+    let peak = srv.peak_rss_kib();
+    drop(parked);
+    let after = rss_settles(&srv, before + 16 * 1024, Duration::from_secs(10));
+    eprintln!("RSS: before {before} KiB, peak {peak} KiB, after {after} KiB");
+    assert!(peak <= before + 48 * 1024, "RSS grew from {before} to {peak} KiB");
+    assert!(after <= before + 16 * 1024, "RSS stayed at {after} KiB (from {before} KiB)");
+}
+
+#[test]
+fn half_sent_requests_share_one_budget_and_give_it_back() {
+    // Issue 23: 4,000 connections each sending 64 KiB of a 65,536-byte body held 312 MB, and
+    // 286 MB 60 s after they closed; 16 KiB of unfinished heads, 169 MB and 136 MB. Here 800
+    // of each, with 4 MiB for all the requests larger than a connection's first 8 KiB.
+    room_for_sockets(2000);
+    let cfg = config("  request_memory_bytes: 4194304\n  read_timeout_ms: 30000\n", "", MODEL);
+    let srv = Server::start(&cfg, &[("risk.json", &table("big"))]);
+    let before = srv.rss_kib();
+    let n = 800;
+    let mut body_part = b"POST /decide/risk HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\n".to_vec();
+    body_part.resize(body_part.len() + 65535, b' ');
+    let mut head_part = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: ".to_vec();
+    head_part.resize(16 * 1024 - 100, b'a');
+    let refused = "clef_connections_closed_total{reason=\"request_memory\"}";
+    let mut refused_before = 0.0;
+    for (what, part) in [("bodies", &body_part), ("heads", &head_part)] {
+        srv.reset_peak_rss();
+        let mut socks: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(addr(srv.port)).expect("connect")).collect();
+        push_without_reading(&mut socks, part, Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(300));
+        let held = metric(&srv, "clef_request_memory_bytes");
+        let refused_now = labelled_metric(&srv, refused);
+        let peak = srv.peak_rss_kib();
+        eprintln!(
+            "{n} half-sent {what}: {held} bytes held, {} refused 503; RSS before {before} KiB, peak {peak} KiB",
+            refused_now - refused_before
+        );
+        assert!(held > 0.0 && held <= 4194304.0, "{held} bytes held");
+        // each holds what is beyond its 8 KiB: the budget takes 4 MiB of them, the rest were refused
+        assert!(refused_now - refused_before >= (n / 2) as f64, "{} refused", refused_now - refused_before);
+        refused_before = refused_now;
+        assert!(peak <= before + 40 * 1024, "RSS grew from {before} to {peak} KiB");
+        drop(socks);
+        srv.eventually(5, "the budget given back", |s| metric(s, "clef_request_memory_bytes") == 0.0);
+        let after = rss_settles(&srv, before + 8 * 1024, Duration::from_secs(10));
+        eprintln!("RSS after the {what}' connections closed: {after} KiB");
+        assert!(after <= before + 8 * 1024, "RSS stayed at {after} KiB (from {before} KiB)");
+    }
+    // a refused request is told why, and when to come back
+    let mut budget = Vec::new();
+    for _ in 0..80 {
+        let mut s = TcpStream::connect(addr(srv.port)).expect("connect");
+        s.write_all(&body_part[..body_part.len() - 1]).expect("send");
+        budget.push(s);
+    }
+    srv.eventually(5, "the budget taken", |s| metric(s, "clef_request_memory_bytes") > (4194304 - 65536) as f64);
+    let mut c = Conn::open(srv.port);
+    c.send(&body_part[..10_000]);
+    let r = c.read_response().expect("an answer");
+    r.assert_error(503, "overloaded");
+    assert_eq!((r.header("retry-after"), r.header("connection")), (Some("1"), Some("close")));
+    drop(budget);
+    // and once the budget is back, a body of the largest size is decided
+    srv.eventually(5, "the budget given back", |s| metric(s, "clef_request_memory_bytes") == 0.0);
+    let large = format!("{{\"x\": 50, \"pad\": \"{}\"}}", "a".repeat(65_000));
+    assert_eq!(srv.post("/decide/risk", &large).status, 200);
+}
+
+#[test]
+fn metrics_of_thousands_of_tables_are_streamed_under_the_connection_cap() {
+    // Issue 23: with 5,000 tables /metrics answered 6.4 MB, built whole; 64 pipelined scrapers
+    // that did not read held 931 MB, and 93 MB stayed. Here 2,000 tables and 16 such scrapers.
+    let dir = tempfile::tempdir().expect("temp dir");
+    for name in (0..2000).map(|i| format!("t{i:04}.json")).chain(["risk.json".to_string()]) {
+        write(dir.path(), &format!("tables/{name}"), table("big"));
+    }
+    let cfg = config("  write_timeout_ms: 1000\n  idle_timeout_ms: 20000\n", "", MODEL);
+    // loading 2,001 tables takes seconds in a debug build
+    let ready = |child: &mut std::process::Child, port: u16| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Err(why) = until_ready(child, port) {
+            if Instant::now() > deadline || child.try_wait().expect("try_wait").is_some() {
+                return Err(why);
+            }
+        }
+        Ok(())
+    };
+    let srv = Server::launch_until(dir, move |p| p.fill(&cfg).into_bytes(), |_, _| None, ready);
+    let before = srv.rss_kib();
+    srv.reset_peak_rss();
+    let scrape = srv.get("/metrics");
+    assert_eq!(scrape.header("transfer-encoding"), Some("chunked"));
+    let text = scrape.text();
+    assert!(text.len() > 1_000_000, "{} bytes", text.len());
+    assert_eq!(text.lines().filter(|l| l.starts_with("clef_table_info{")).count(), 2001);
+    assert_eq!(text.lines().filter(|l| l.starts_with("clef_table_load_failing{")).count(), 2001);
+    // HEAD: the head alone, and the connection goes on
+    let mut c = Conn::open(srv.port);
+    let head = c.request("HEAD", "/metrics", &[], b"");
+    assert_eq!((head.status, head.body.len()), (200, 0));
+    assert_eq!(c.request("GET", "/health", &[], b"").status, 200);
+
+    let pipelined: Vec<u8> = (0..4).flat_map(|_| request_bytes("GET", "/metrics", &[], b"")).collect();
+    let mut parked: Vec<TcpStream> = (0..16).map(|_| small_window_client(srv.port)).collect();
+    push_without_reading(&mut parked, &pipelined, Duration::from_secs(1));
+    std::thread::sleep(Duration::from_millis(1500));
+    let peak = srv.peak_rss_kib();
+    drop(parked);
+    let after = rss_settles(&srv, before + 12 * 1024, Duration::from_secs(10));
+    eprintln!("RSS with 2,000 tables: before {before} KiB, peak {peak} KiB, after {after} KiB");
+    assert!(peak <= before + 32 * 1024, "RSS grew from {before} to {peak} KiB");
+    assert!(after <= before + 12 * 1024, "RSS stayed at {after} KiB (from {before} KiB)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // the write timeout
 

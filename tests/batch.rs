@@ -72,6 +72,125 @@ fn batch_limits_and_errors() {
 }
 
 #[test]
+fn streamed_answers_keep_pipelined_requests_in_step() {
+    let srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
+    // a batch whose answer spans many chunks, between other requests sent in one go
+    let big = [r#"{"x": 50}"#; 2000].join("\n");
+    let mut c = Conn::open(srv.port);
+    let mut all = request_bytes("POST", "/decide/risk/batch", &[], big.as_bytes());
+    all.extend(request_bytes("GET", "/health", &[], b""));
+    all.extend(request_bytes("HEAD", "/metrics", &[], b""));
+    all.extend(request_bytes("GET", "/metrics", &[], b""));
+    all.extend(request_bytes("POST", "/decide/risk/batch?explain=true", &[], br#"{"x": 50}"#));
+    all.extend(request_bytes("POST", "/decide/risk", &[("Connection", "close")], br#"{"x": 50}"#));
+    c.send(&all);
+    let batch = c.read_response().expect("the batch");
+    assert!(batch.body.len() > 200_000, "{} bytes", batch.body.len());
+    assert_eq!(lines(&batch).len(), 2000);
+    assert_eq!(c.read_response().expect("/health").json()["status"], json!("ok"));
+    c.head_only = true;
+    let head = c.read_response().expect("HEAD /metrics");
+    c.head_only = false;
+    assert_eq!((head.status, head.header("transfer-encoding"), head.body.len()), (200, Some("chunked"), 0));
+    assert!(c.read_response().expect("/metrics").text().contains("clef_decisions_total{"));
+    let explained = lines(&c.read_response().expect("the explained batch"));
+    assert!(explained[0]["trace"].is_array(), "{}", explained[0]);
+    let last = c.read_response().expect("the last decision");
+    assert_eq!((last.json()["action"]["a"].clone(), last.header("connection")), (json!("big"), Some("close")));
+    assert!(c.closed_within(std::time::Duration::from_secs(2)));
+}
+
+#[test]
+fn a_batch_forwarded_by_a_router_is_answered_by_the_peer() {
+    // The router's client reads answers with a Content-Length: the peer sends a forwarded
+    // batch's answer whole, however it streams the batches of its own clients.
+    let peer_port = free_port();
+    let peer_config = format!(
+        "server:\n  host: 127.0.0.1\n  port: {peer_port}\nadmin:\n  listen: \"\"\nmodel:\n  watch_file: false\n"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    write(dir.path(), "tables/remote.json", table("remote"));
+    let _peer = Server::launch(dir, move |_| peer_config.clone().into_bytes(), move |_, _| Some(peer_port));
+    let router = Server::start(
+        &config(
+            "",
+            "",
+            &format!(
+                "model:\n  watch_file: false\nrouter:\n  forward_timeout_ms: 5000\n  health: {{interval_ms: 100, timeout_ms: 80, unhealthy_after: 2, \
+                 healthy_after: 1, ejection_ms: 1000}}\n  instances:\n    - {{id: local}}\n    - {{id: p, addr: 127.0.0.1:{peer_port}}}\n"
+            ),
+        ),
+        &[("risk.json", &table("big"))],
+    );
+    let body = [r#"{"x": 50}"#; 300].join("\n");
+    router
+        .eventually(5, "the peer answers through the router", |r| r.post("/decide/remote/batch", &body).status == 200);
+    let got = lines(&router.post("/decide/remote/batch", &body));
+    assert_eq!(got.len(), 300);
+    assert!(got.iter().all(|d| d["action"]["a"] == json!("remote") && d["instance"] == json!("p")), "{:?}", got[0]);
+}
+
+#[test]
+fn what_one_batch_may_produce_is_bounded_by_max_batch_lines() {
+    let srv = Server::start(
+        &config("  max_batch_lines: 50\n", "", "model:\n  default_table: risk\n  watch_file: false\n"),
+        &[("risk.json", &table("big"))],
+    );
+    // blank lines are not inputs
+    let fifty = [r#"{"x": 50}"#; 50].join("\n\n");
+    assert_eq!(lines(&srv.post("/decide/risk/batch", &fifty)).len(), 50);
+    let m = srv.post("/decide/risk/batch", &format!("{fifty}\n{{}}")).assert_error(413, "batch_too_large");
+    assert!(m.contains("51 inputs") && m.contains("server.max_batch_lines"), "{m}");
+    let array = format!("[{}]", ["{}"; 51].join(","));
+    srv.post("/decide/risk/batch", &array).assert_error(413, "batch_too_large");
+}
+
+#[test]
+fn batch_answers_are_chunked_and_whole_to_clients_that_cannot_read_chunks() {
+    let srv = Server::start(
+        &config(
+            "  max_body_bytes: 1000\n  request_memory_bytes: 17384\n",
+            "",
+            "model:\n  default_table: risk\n  watch_file: false\n",
+        ),
+        &[("risk.json", &table("big"))],
+    );
+    let ten = [r#"{"x": 50}"#; 10].join("\n");
+    let streamed = srv.post("/decide/risk/batch", &ten);
+    assert_eq!((streamed.header("transfer-encoding"), streamed.header("content-length")), (Some("chunked"), None));
+    let want: Vec<Json> = lines(&streamed).iter().map(decision_core).collect();
+    assert_eq!(want.len(), 10);
+    // a clef router forwarding a batch reads answers with a Content-Length only; HTTP/1.0 clients too
+    let forwarded = call(srv.port, "POST", "/decide/risk/batch", &[("X-Clef-Forwarded", "router")], ten.as_bytes());
+    let mut old = Conn::open(srv.port);
+    let mut request = format!("POST /decide/risk/batch HTTP/1.0\r\nContent-Length: {}\r\n\r\n", ten.len()).into_bytes();
+    request.extend_from_slice(ten.as_bytes());
+    old.send(&request);
+    let http10 = old.read_response().expect("an answer");
+    for whole in [&forwarded, &http10] {
+        assert_eq!(whole.header("transfer-encoding"), None);
+        assert_eq!(whole.header("content-length"), Some(whole.body.len().to_string().as_str()));
+        assert_eq!(lines(whole).iter().map(decision_core).collect::<Vec<_>>(), want);
+    }
+    // a whole answer counts against server.request_memory_bytes while it is held (twice, as it
+    // is copied to be written, beyond the connection's own 8 KiB): 17,384 bytes here, less than
+    // 90 decisions take
+    let many = [r#"{"x": 50}"#; 90].join("\n");
+    let r = call(srv.port, "POST", "/decide/risk/batch", &[("X-Clef-Forwarded", "router")], many.as_bytes());
+    r.assert_error(503, "overloaded");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // streamed, it is not held: decided as it is sent
+    assert_eq!(lines(&srv.post("/decide/risk/batch", &many)).len(), 90);
+    // 30 fit, and what they held is given back once the answer is written
+    let thirty = [r#"{"x": 50}"#; 30].join("\n");
+    let r = call(srv.port, "POST", "/decide/risk/batch", &[("X-Clef-Forwarded", "router")], thirty.as_bytes());
+    assert_eq!(lines(&r).len(), 30);
+    srv.eventually(2, "the budget given back", |s| {
+        s.get("/metrics").text().lines().any(|l| l == "clef_request_memory_bytes 0")
+    });
+}
+
+#[test]
 fn no_table_may_be_named_batch() {
     let srv = Server::start(&plain(), &[("risk.json", &table("big")), ("batch.json", &table("b"))]);
     let h = srv.health();

@@ -712,7 +712,7 @@ fn error_codes_are_documented_with_their_status() {
 
 #[test]
 fn metrics_are_documented_with_type_and_labels() {
-    use clef::metrics::{encode_format, Format, Gauges, ServerStats, TableLoad, TableStats, TableView};
+    use clef::metrics::{encode_format, Format, Gauges, ServerStats, TableList, TableStats};
     let stats = TableStats::new(vec!["r".to_string()]);
     stats.record(Some(0), 1_000, &[0]);
     stats.record(None, 1_000, &[]);
@@ -724,20 +724,21 @@ fn metrics_are_documented_with_type_and_labels() {
     server.connection_rejected();
     server.request_timed_out();
     server.reload_finished(true, 1.0);
-    let views = [TableView { name: "t", version: "v", kind: "jev", stats: &stats }];
     // A series of every labelled family, so that its labels are seen.
-    let loads = [TableLoad { name: "t", failing: true, failures: 1 }];
+    let tables = TableList {
+        served: vec![("t".into(), "v".into(), "jev".into(), std::sync::Arc::new(stats))],
+        loads: vec![("t".into(), true, 1)],
+    };
     let shadows =
         [clef::metrics::ShadowCount { table: "t".into(), shadow: "c".into(), agree: 1, disagree: 0, error: 0 }];
     let router = [clef::router::InstanceFigures { id: "i".into(), ..Default::default() }];
     let gauges = Gauges {
-        table_loads: &loads,
         snapshots: Some(clef::metrics::SnapshotFigures::default()),
         shadows: &shadows,
         router: &router,
         ..Gauges::default()
     };
-    let text = encode_format(Format::Prometheus, &views, &server, &gauges);
+    let text = encode_format(Format::Prometheus, std::sync::Arc::new(tables), &server, &gauges);
     // The process figures come from /proc/self; the server exports them, so the docs list them.
     assert!(text.contains("# TYPE process_resident_memory_bytes gauge"), "no process metrics:\n{text}");
 

@@ -97,7 +97,9 @@ pub fn run(router: &Router, plan: &Plan, out: &Outgoing<'_>) -> Result<Answer, U
     let shape = match out.endpoint {
         Endpoint::Decide => Shape::Decision,
         Endpoint::Batch => Shape::Batch(
-            crate::decide::batch_items(out.body).ok().map(|items| items.into_iter().map(|(line, _)| line).collect()),
+            crate::decide::BatchInputs::check(out.body)
+                .ok()
+                .map(|mut inputs| std::iter::from_fn(|| inputs.next(out.body)).map(|(line, _)| line).collect()),
         ),
     };
     let mut why = String::new();

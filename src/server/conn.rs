@@ -16,9 +16,16 @@
 //!   [`OUT_CAP`]; then they are written before another request is answered.
 //!   While they cannot be written the connection reads nothing, so a client
 //!   that sends and never reads fills its own socket buffers, not our heap.
-//! - **Buffers shrink.** The read buffer grows to fit one request (at most
-//!   the head and body limits) and shrinks back as soon as that request is
-//!   answered; the answer buffers shrink after a large answer.
+//! - **Streamed answers.** An answer whose size grows with the request or the
+//!   server's state (a batch, `/metrics`) is produced while it is written, in
+//!   chunks of at most [`OUT_CAP`] (`Transfer-Encoding: chunked`), under the same
+//!   backpressure: its producer waits while the client does not read.
+//! - **A shared budget for large requests.** The read buffer grows to fit one
+//!   request (at most the head and body limits); beyond its first
+//!   [`READ_CHUNK`] bytes it takes from a budget all connections share
+//!   ([`RequestMemory`], `server.request_memory_bytes`), and a request that
+//!   does not fit is answered 503 `overloaded` at once. Memory beyond the base
+//!   goes back to the system as soon as the request is answered.
 //! - **Idle connections hold no buffers.** A connection idle for
 //!   [`IDLE_SLICE`] frees its buffers and waits for its next request with a
 //!   one-byte peek on the stack.
@@ -41,14 +48,17 @@
 // length just before.
 #![allow(clippy::indexing_slicing)]
 
+use std::fmt;
 use std::io::{self, Read, Write};
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use super::http::{Request, Response};
+use super::buffer::{Held, InputBuffer, RequestMemory};
+use super::http::{BodyProducer, BodySink, Request, Response};
 
 /// Limits applied to each connection.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ConnLimits {
     /// largest accepted body
     pub max_body_bytes: usize,
@@ -62,6 +72,8 @@ pub struct ConnLimits {
     pub read_timeout: Duration,
     /// how long an answer may go without progress before the connection is dropped
     pub write_timeout: Duration,
+    /// the memory all connections share for requests larger than [`READ_CHUNK`]
+    pub request_memory: RequestMemory,
 }
 
 /// What the connection loop reports to its owner, and asks it.
@@ -99,11 +111,13 @@ pub enum Closed {
     ReadError,
     /// writing an answer failed
     WriteError,
+    /// the memory all connections share for large requests was taken (answered 503)
+    RequestMemory,
 }
 
 impl Closed {
     /// Every reason, in the order of [`Closed::index`].
-    pub const ALL: [Closed; 8] = [
+    pub const ALL: [Closed; 9] = [
         Closed::Client,
         Closed::Idle,
         Closed::Draining,
@@ -112,6 +126,7 @@ impl Closed {
         Closed::WriteTimeout,
         Closed::ReadError,
         Closed::WriteError,
+        Closed::RequestMemory,
     ];
 
     /// The reason's place in [`Closed::ALL`].
@@ -130,6 +145,7 @@ impl Closed {
             Closed::WriteTimeout => "write_timeout",
             Closed::ReadError => "read_error",
             Closed::WriteError => "write_error",
+            Closed::RequestMemory => "request_memory",
         }
     }
 }
@@ -146,8 +162,9 @@ pub trait Socket: Read + Write {
     fn unsent_bytes(&self) -> Option<usize>;
 }
 
-/// Bytes read at a time, and the size the read buffer shrinks back to.
-pub const READ_CHUNK: usize = 8192;
+/// Bytes read at a time, and the size the read buffer shrinks back to: what a connection may
+/// hold without taking from the shared [`RequestMemory`].
+pub const READ_CHUNK: usize = super::buffer::BASE;
 /// Answers collected before they are written; while they cannot be written, nothing more is read.
 pub const OUT_CAP: usize = 64 * 1024;
 /// Capacity kept by answer buffers between requests; anything larger is given back.
@@ -161,8 +178,9 @@ pub const IDLE_SLICE: Duration = Duration::from_secs(1);
 const DRAIN_GRACE: Duration = Duration::from_millis(200);
 
 enum Step {
-    /// a full request was answered; it used this many bytes of the buffer
-    Answered(usize),
+    /// a full request was answered; it used `used` bytes of the buffer, of which `body` are
+    /// its body
+    Answered { used: usize, body: Range<usize> },
     /// more bytes are needed: the whole request is `total` bytes when known;
     /// `continue_` when the client waits for `100 Continue`
     NeedMore { total: Option<usize>, continue_: bool },
@@ -178,16 +196,18 @@ enum Pause {
     Full,
     /// the connection must close after the answers are written
     Close,
+    /// a streamed answer could not be written: the connection closes now
+    Failed(Closed),
 }
 
-/// One connection's buffers and clocks.
-struct Conn<'l> {
+/// One connection's buffers and clocks; `'h`: what the handler's streamed answers borrow.
+struct Conn<'l, 'h> {
     limits: &'l ConnLimits,
     /// `input[..filled]` holds bytes read and not yet answered
-    input: Vec<u8>,
+    input: InputBuffer<'l>,
     filled: usize,
     out: Vec<u8>,
-    rsp: Response,
+    rsp: Response<'h>,
     /// when the first byte of the incomplete request at the front of `input` arrived
     request_started: Option<Instant>,
     /// when the connection last finished a request (or opened)
@@ -200,28 +220,30 @@ struct Conn<'l> {
     written_at: Option<Instant>,
     /// the kernel's send queue at the last check, and when it last shrank
     unsent: Option<(usize, Instant)>,
+    /// what a streamed answer sent whole holds of the shared budget until it is written
+    whole_held: Held<'l>,
 }
 
 /// Serves one connection until it closes, fails, or times out; tells `observer` why it closed.
-pub fn serve<S, H, O>(stream: &mut S, limits: &ConnLimits, handler: &H, observer: &O)
+pub fn serve<'h, S, H, O>(stream: &mut S, limits: &ConnLimits, handler: &H, observer: &O)
 where
     S: Socket,
-    H: Fn(&Request<'_>, &mut Response),
+    H: Fn(&Request<'_>, &mut Response<'h>),
     O: ConnObserver,
 {
     observer.closed(serve_until_closed(stream, limits, handler, observer));
 }
 
-fn serve_until_closed<S, H, O>(stream: &mut S, limits: &ConnLimits, handler: &H, observer: &O) -> Closed
+fn serve_until_closed<'h, S, H, O>(stream: &mut S, limits: &ConnLimits, handler: &H, observer: &O) -> Closed
 where
     S: Socket,
-    H: Fn(&Request<'_>, &mut Response),
+    H: Fn(&Request<'_>, &mut Response<'h>),
     O: ConnObserver,
 {
     let _ = stream.set_write_timeout(Some(limits.write_timeout));
     let mut conn = Conn {
         limits,
-        input: Vec::new(),
+        input: InputBuffer::new(&limits.request_memory),
         filled: 0,
         out: Vec::new(),
         rsp: Response::new(),
@@ -231,27 +253,31 @@ where
         read_timeout: None,
         written_at: None,
         unsent: None,
+        whole_held: Held::new(&limits.request_memory),
     };
     loop {
-        let pause = conn.answer(handler, observer);
+        let pause = conn.answer(stream, handler, observer);
+        if let Pause::Failed(why) = pause {
+            return why;
+        }
         if !conn.out.is_empty() {
             if let Err(e) = write_all(stream, &conn.out) {
-                if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) {
-                    observer.write_timed_out();
-                    return Closed::WriteTimeout;
-                }
-                return Closed::WriteError;
+                return write_failed(&e, observer);
             }
             conn.written_at = Some(Instant::now());
             conn.unsent = None;
             conn.out.clear();
         }
         conn.release_large();
-        match pause {
-            Pause::Close => return Closed::Answered,
+        let ready = match pause {
+            Pause::Close | Pause::Failed(_) => return Closed::Answered,
             Pause::Full => continue,
             Pause::Empty => conn.ready_for(None),
             Pause::Incomplete(total) => conn.ready_for(total),
+        };
+        if ready.is_err() {
+            conn.overloaded(stream, observer);
+            return Closed::RequestMemory;
         }
         if let Err(why) = conn.wait_and_read(stream, observer) {
             return why;
@@ -259,12 +285,23 @@ where
     }
 }
 
-impl Conn<'_> {
-    /// Answers the complete requests at the front of the buffer, up to [`OUT_CAP`] of answers.
+/// The reason a connection closes after a failed write, counted.
+fn write_failed<O: ConnObserver>(e: &io::Error, observer: &O) -> Closed {
+    if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock) {
+        observer.write_timed_out();
+        return Closed::WriteTimeout;
+    }
+    Closed::WriteError
+}
+
+impl<'h> Conn<'_, 'h> {
+    /// Answers the complete requests at the front of the buffer, up to [`OUT_CAP`] of answers
+    /// (a streamed answer is written as it is produced).
     #[inline(never)]
-    fn answer<H, O>(&mut self, handler: &H, observer: &O) -> Pause
+    fn answer<S, H, O>(&mut self, stream: &mut S, handler: &H, observer: &O) -> Pause
     where
-        H: Fn(&Request<'_>, &mut Response),
+        S: Write,
+        H: Fn(&Request<'_>, &mut Response<'h>),
         O: ConnObserver,
     {
         let mut consumed = 0;
@@ -277,15 +314,27 @@ impl Conn<'_> {
             }
             let pending = &self.input[consumed..self.filled];
             match step(pending, self.limits, handler, &mut self.rsp, &mut self.continued) {
-                Ok(Step::Answered(n)) => {
+                Ok(Step::Answered { used, body }) => {
                     if observer.draining() {
                         // even an answer to a request that began before the drain says so,
                         // or its client would send the next request into a closing socket
                         self.rsp.close = true;
                     }
+                    let body = &self.input[consumed + body.start..consumed + body.end];
+                    if self.rsp.is_streamed() && !self.rsp.chunked && !self.rsp.head {
+                        produce_whole(&mut self.rsp, body, &mut self.whole_held);
+                    }
                     self.rsp.encode(&mut self.out);
                     observer.responded(self.rsp.status);
-                    consumed += n;
+                    if let Some(produce) = self.rsp.take_stream().filter(|_| !self.rsp.head) {
+                        if let Err(why) = send_streamed(stream, &mut self.out, body, produce) {
+                            break Pause::Failed(match why {
+                                Streamed::WriteFailed(e) => write_failed(&e, observer),
+                                Streamed::Panicked => Closed::Answered,
+                            });
+                        }
+                    }
+                    consumed += used;
                     self.continued = false;
                     self.request_started = None;
                     self.idle_since = Instant::now();
@@ -314,35 +363,42 @@ impl Conn<'_> {
         pause
     }
 
-    /// Gives back answer buffers grown by a large answer.
+    /// Gives back answer buffers grown by a large answer (once it is written).
     fn release_large(&mut self) {
         if self.out.capacity() > OUT_CAP + KEEP_CAPACITY {
             self.out = Vec::new();
         }
         self.rsp.release_large(KEEP_CAPACITY);
+        // the body it held is given back above (larger than what is kept)
+        let _ = self.whole_held.set(0);
     }
 
     /// Sizes the read buffer for what comes next: room for a request of `total` bytes
     /// (when known), else one chunk more; a buffer grown for an earlier, larger
     /// request shrinks back.
-    fn ready_for(&mut self, total: Option<usize>) {
+    /// `Err` when the shared budget cannot hold the request.
+    fn ready_for(&mut self, total: Option<usize>) -> Result<(), super::buffer::Exhausted> {
         let need = total.unwrap_or(self.filled + READ_CHUNK / 2).max(READ_CHUNK);
         if need > self.input.len() {
-            // a head that trickles in grows the buffer by doubling; a known length at once
-            let size = if total.is_some() { need } else { need.max(self.input.len() * 2) };
-            self.input.resize(size, 0);
+            // a known length at once; a head that trickles in by doubling, up to what the head
+            // limit needs (one byte more tells that a head is too long)
+            let size = match total {
+                Some(_) => need,
+                None => need.max(self.input.len() * 2).min(self.limits.max_header_bytes + 1).max(need),
+            };
+            self.input.resize(size, self.filled)
         } else if self.input.len() > READ_CHUNK && need <= READ_CHUNK {
-            // a fresh small buffer, so that the large one goes back to the allocator
-            let mut small = vec![0; READ_CHUNK];
-            small[..self.filled].copy_from_slice(&self.input[..self.filled]);
-            self.input = small;
+            // back to the base: the large buffer goes back to the system
+            self.input.resize(READ_CHUNK, self.filled)
+        } else {
+            Ok(())
         }
     }
 
     /// Frees every buffer of an idle connection.
     fn release_all(&mut self) {
         if self.filled == 0 {
-            self.input = Vec::new();
+            self.input.free();
         }
         self.out = Vec::new();
         self.rsp.release_large(0);
@@ -392,7 +448,8 @@ impl Conn<'_> {
                 match stream.peek_byte() {
                     Ok(0) => return Err(Closed::Client),
                     Ok(_) => {
-                        self.input = vec![0; READ_CHUNK];
+                        // the base takes nothing from the shared budget: this cannot fail
+                        let _ = self.input.resize(READ_CHUNK, 0);
                         continue;
                     }
                     Err(e) => Err(e),
@@ -447,16 +504,35 @@ fn write_all<S: Write>(stream: &mut S, mut bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-impl Conn<'_> {
+impl Conn<'_, '_> {
     /// Answers 408 and gives up on a request that did not arrive in time.
     fn timed_out<S: Socket, O: ConnObserver>(&mut self, stream: &mut S, observer: &O) {
         observer.timed_out();
+        self.give_up(stream, observer, |rsp| {
+            rsp.error(408, "request_timeout", "the request did not arrive in time; the connection is closed");
+        });
+    }
+
+    /// Answers 503 to a request the shared budget for large requests has no room for now.
+    fn overloaded<S: Socket, O: ConnObserver>(&mut self, stream: &mut S, observer: &O) {
+        let limit = self.limits.request_memory.limit();
+        self.give_up(stream, observer, |rsp| overloaded(rsp, limit));
+    }
+
+    /// Answers what `fill` says to the request being read, which is given up on: the
+    /// connection closes.
+    fn give_up<S: Socket, O: ConnObserver>(
+        &mut self,
+        stream: &mut S,
+        observer: &O,
+        fill: impl FnOnce(&mut Response<'_>),
+    ) {
         self.rsp.reset();
-        self.rsp.error(408, "request_timeout", "the request did not arrive in time; the connection is closed");
+        fill(&mut self.rsp);
         self.rsp.close = true;
         let mut out = Vec::new();
         self.rsp.encode(&mut out);
-        observer.responded(408);
+        observer.responded(self.rsp.status);
         let _ = write_all(stream, &out);
     }
 
@@ -495,11 +571,11 @@ impl Conn<'_> {
 // Not inlined: its header array (and the handler under it) take stack only while a request
 // is parsed, not while the connection waits; stack pages touched once stay resident.
 #[inline(never)]
-fn step<H: Fn(&Request<'_>, &mut Response)>(
+fn step<'h, H: Fn(&Request<'_>, &mut Response<'h>)>(
     pending: &[u8],
     limits: &ConnLimits,
     handler: &H,
-    rsp: &mut Response,
+    rsp: &mut Response<'h>,
     continued: &mut bool,
 ) -> Result<Step, ()> {
     rsp.reset();
@@ -587,6 +663,7 @@ fn step<H: Fn(&Request<'_>, &mut Response)>(
         body: &pending[head_len..head_len + body_len],
     };
     rsp.head = request.method == "HEAD";
+    rsp.chunked = req.version == Some(1);
     let answered = catch_unwind(AssertUnwindSafe(|| handler(&request, rsp)));
     if answered.is_err() {
         let head = rsp.head;
@@ -597,7 +674,166 @@ fn step<H: Fn(&Request<'_>, &mut Response)>(
     if !keep_alive {
         rsp.close = true;
     }
-    Ok(Step::Answered(head_len + body_len))
+    Ok(Step::Answered { used: head_len + body_len, body: head_len..head_len + body_len })
+}
+
+/// The answer to a request the shared budget for large requests has no room for now.
+fn overloaded(rsp: &mut Response<'_>, limit: usize) {
+    rsp.error(
+        503,
+        "overloaded",
+        &format!(
+            "the server holds all the memory it may for large requests and their answers \
+             (server.request_memory_bytes: {limit} bytes); retry in a moment"
+        ),
+    );
+    rsp.add_header("Retry-After", "1");
+}
+
+/// Runs a streamed answer's producer into [`Response::body`], for a client that reads no
+/// chunked answers (HTTP/1.0, or a clef router forwarding a request): the answer then goes
+/// whole, with a `Content-Length`. The body holds twice its size in the shared budget (it is
+/// copied into the answers to write) until it is written; when the budget has no room, the
+/// answer is 503 `overloaded` instead.
+fn produce_whole<'m>(rsp: &mut Response<'_>, body: &[u8], held: &mut Held<'m>) {
+    let Some(produce) = rsp.take_stream() else { return };
+    rsp.body.clear();
+    let mut sink = WholeSink { body: &mut rsp.body, held, exhausted: false };
+    let produced = catch_unwind(AssertUnwindSafe(|| produce(body, &mut sink)));
+    let exhausted = sink.exhausted;
+    if produced.is_err() {
+        let head = rsp.head;
+        rsp.reset();
+        rsp.head = head;
+        rsp.error(500, "internal_error", "the request could not be handled; this is a bug in clef");
+    } else if exhausted {
+        let limit = held.limit();
+        rsp.body = String::new();
+        let _ = held.set(0);
+        overloaded(rsp, limit);
+    }
+}
+
+/// The [`BodySink`] of [`produce_whole`].
+struct WholeSink<'b, 'm> {
+    body: &'b mut String,
+    held: &'b mut Held<'m>,
+    exhausted: bool,
+}
+
+/// The shared budget is taken in steps of this many bytes by a body sent whole.
+const WHOLE_STEP: usize = 4096;
+
+impl fmt::Write for WholeSink<'_, '_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        // twice the body: it is copied into the answers to write; the first READ_CHUNK bytes
+        // are the connection's own, as for requests
+        let need = (2 * (self.body.len() + s.len())).saturating_sub(READ_CHUNK);
+        if self.exhausted || (need > self.held.bytes() && self.held.set(need.next_multiple_of(WHOLE_STEP)).is_err()) {
+            self.exhausted = true;
+            return Err(fmt::Error);
+        }
+        self.body.push_str(s);
+        Ok(())
+    }
+}
+
+impl BodySink for WholeSink<'_, '_> {
+    fn gone(&self) -> bool {
+        self.exhausted
+    }
+}
+
+/// Why a streamed answer stopped before its end.
+enum Streamed {
+    /// writing to the client failed (it is gone, or stopped reading for the write timeout)
+    WriteFailed(io::Error),
+    /// the producer panicked (a bug): the answer is cut off
+    Panicked,
+}
+
+/// Room kept below [`OUT_CAP`] for a chunk's framing.
+const CHUNK_FRAMING: usize = 32;
+
+/// Runs a streamed answer's producer over the request's `body`, writing what it produces to
+/// `stream` in chunks whenever about [`OUT_CAP`] bytes are waiting (after the answers and the
+/// head already in `out`). Leaves the end of the answer in `out`.
+fn send_streamed<S: Write>(
+    stream: &mut S,
+    out: &mut Vec<u8>,
+    body: &[u8],
+    produce: BodyProducer<'_>,
+) -> Result<(), Streamed> {
+    let start = out.len();
+    let mut sink = ChunkSink { stream, out, start, failed: None };
+    let produced = catch_unwind(AssertUnwindSafe(|| produce(body, &mut sink)));
+    if let Some(e) = sink.failed {
+        return Err(Streamed::WriteFailed(e));
+    }
+    if produced.is_err() {
+        log::error!("a streamed answer failed midway; its connection is closed (this is a bug in clef)");
+        return Err(Streamed::Panicked);
+    }
+    sink.frame();
+    sink.out.extend_from_slice(b"0\r\n\r\n");
+    Ok(())
+}
+
+/// The [`BodySink`] of a streamed answer: collects up to [`OUT_CAP`] bytes, then writes them.
+struct ChunkSink<'s, S> {
+    stream: &'s mut S,
+    out: &'s mut Vec<u8>,
+    /// where the body bytes not yet framed begin in `out`
+    start: usize,
+    failed: Option<io::Error>,
+}
+
+impl<S: Write> ChunkSink<'_, S> {
+    /// Frames the body bytes collected since `start` as one chunk (none when there are none:
+    /// an empty chunk would end the body).
+    fn frame(&mut self) {
+        let len = self.out.len() - self.start;
+        if len > 0 {
+            let size = format!("{len:x}\r\n");
+            self.out.splice(self.start..self.start, size.bytes());
+            self.out.extend_from_slice(b"\r\n");
+        }
+        self.start = self.out.len();
+    }
+
+    fn flush(&mut self) -> fmt::Result {
+        self.frame();
+        match write_all(self.stream, self.out) {
+            Ok(()) => {
+                self.out.clear();
+                self.start = 0;
+                Ok(())
+            }
+            Err(e) => {
+                self.failed = Some(e);
+                Err(fmt::Error)
+            }
+        }
+    }
+}
+
+impl<S: Write> fmt::Write for ChunkSink<'_, S> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.failed.is_some() {
+            return Err(fmt::Error);
+        }
+        if !self.out.is_empty() && self.out.len() + s.len() > OUT_CAP - CHUNK_FRAMING {
+            self.flush()?;
+        }
+        self.out.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+impl<S: Write> BodySink for ChunkSink<'_, S> {
+    fn gone(&self) -> bool {
+        self.failed.is_some()
+    }
 }
 
 /// `Content-Length` as RFC 9110 has it: one or more digits. A sign, spaces inside, or a
@@ -655,6 +891,87 @@ impl Socket for may::net::TcpStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket that takes every write whole (or fails them all), and records them.
+    #[derive(Default)]
+    struct Recorder {
+        writes: Vec<usize>,
+        bytes: Vec<u8>,
+        broken: bool,
+    }
+
+    impl Write for Recorder {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            if self.broken {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            self.writes.push(bytes.len());
+            self.bytes.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The body of a chunked message, and what follows it.
+    fn dechunk(mut bytes: &[u8]) -> (Vec<u8>, &[u8]) {
+        let mut body = Vec::new();
+        loop {
+            let eol = bytes.windows(2).position(|w| w == b"\r\n").expect("a chunk size line");
+            let size = usize::from_str_radix(std::str::from_utf8(&bytes[..eol]).unwrap(), 16).unwrap();
+            assert_eq!(&bytes[eol + 2 + size..eol + 4 + size], b"\r\n");
+            body.extend_from_slice(&bytes[eol + 2..eol + 2 + size]);
+            bytes = &bytes[eol + 4 + size..];
+            if size == 0 {
+                return (body, bytes);
+            }
+        }
+    }
+
+    #[test]
+    fn a_streamed_answer_goes_out_in_chunks_of_at_most_the_cap() {
+        let line = format!("{}\n", "x".repeat(999));
+        let mut socket = Recorder::default();
+        let mut out = b"earlier answer|head|".to_vec();
+        let producer_line = line.clone();
+        let produce: BodyProducer<'_> = Box::new(move |body, sink| {
+            assert_eq!(body, b"the request body");
+            for _ in 0..300 {
+                sink.write_str(&producer_line).unwrap();
+            }
+            assert!(!sink.gone());
+        });
+        assert!(send_streamed(&mut socket, &mut out, b"the request body", produce).is_ok());
+        assert!(socket.writes.len() >= 4, "{:?}", socket.writes);
+        assert!(socket.writes.iter().all(|&n| n <= OUT_CAP), "{:?}", socket.writes);
+        assert!(out.len() < OUT_CAP, "the tail left to write is {} bytes", out.len());
+        socket.bytes.extend_from_slice(&out);
+        let sent = socket.bytes.strip_prefix(b"earlier answer|head|").expect("what was waiting goes first");
+        let (body, rest) = dechunk(sent);
+        assert_eq!(body, line.repeat(300).as_bytes());
+        assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn a_streamed_answer_stops_when_the_client_is_gone() {
+        let mut socket = Recorder { broken: true, ..Recorder::default() };
+        let mut out = Vec::new();
+        let produced = std::rc::Rc::new(std::cell::Cell::new(0));
+        let count = produced.clone();
+        let produce: BodyProducer<'_> = Box::new(move |_, sink| {
+            while !sink.gone() {
+                let _ = sink.write_str(&"y".repeat(1000));
+                count.set(count.get() + 1000);
+            }
+        });
+        match send_streamed(&mut socket, &mut out, b"", produce) {
+            Err(Streamed::WriteFailed(e)) => assert_eq!(e.kind(), io::ErrorKind::TimedOut),
+            _ => panic!("the failed write is not reported"),
+        }
+        assert!(produced.get() <= OUT_CAP + 1000, "{} bytes produced for a client that is gone", produced.get());
+    }
 
     #[test]
     fn content_length_is_digits_only() {

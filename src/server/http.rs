@@ -1,7 +1,13 @@
 //! HTTP/1.1 requests and responses as the connection loop sees them.
+//!
+//! A response's body is either whole ([`Response::body`], sent with `Content-Length`) or
+//! produced while it is sent ([`Response::stream`]): the connection loop hands the producer a
+//! [`BodySink`] that writes what it is given to the socket in chunks of at most the
+//! connection's answer cap, so an answer of any size holds no more memory than a small one,
+//! and a client that does not read stops its producer (SPEC §6, memory per connection).
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 use crate::expr::json::write_json_string;
 
@@ -42,8 +48,21 @@ impl Request<'_> {
     }
 }
 
-/// A response being built: status, extra headers, body.
-pub struct Response {
+/// Where a streamed body goes. Writing to it may block the coroutine until the client has
+/// read enough; after a failed write (the client is gone, or stopped reading for the write
+/// timeout, or the body cannot be held) every write fails at once.
+pub trait BodySink: fmt::Write {
+    /// Whether a write failed: the rest of the body would be thrown away, so a producer stops.
+    fn gone(&self) -> bool;
+}
+
+/// Produces a streamed body: given the request's body (still in the connection's buffer) and
+/// the sink to write to.
+pub type BodyProducer<'h> = Box<dyn FnOnce(&[u8], &mut dyn BodySink) + 'h>;
+
+/// A response being built: status, extra headers, body. `'h`: what a streamed body's producer
+/// may borrow (the handler's state).
+pub struct Response<'h> {
     /// status code
     pub status: u16,
     /// extra header lines, each `Name: value` (a name a table chose is owned)
@@ -56,17 +75,22 @@ pub struct Response {
     pub close: bool,
     /// answering `HEAD`: headers only, no body
     pub head: bool,
+    /// the client reads chunked bodies (HTTP/1.1, and not a clef router, whose client reads
+    /// answers with a `Content-Length` only): a streamed body is sent in chunks, else whole
+    pub chunked: bool,
+    /// the body, produced while it is sent (instead of [`Response::body`])
+    stream: Option<BodyProducer<'h>>,
 }
 
-impl Default for Response {
-    fn default() -> Response {
+impl Default for Response<'_> {
+    fn default() -> Self {
         Response::new()
     }
 }
 
-impl Response {
+impl<'h> Response<'h> {
     /// An empty 200 JSON response.
-    pub fn new() -> Response {
+    pub fn new() -> Self {
         Response {
             status: 200,
             headers: Vec::new(),
@@ -74,7 +98,27 @@ impl Response {
             content_type: "application/json",
             close: false,
             head: false,
+            chunked: true,
+            stream: None,
         }
+    }
+
+    /// Sends the body as `produce` writes it, in chunks, once the handler has returned (for
+    /// answers whose size grows with the request or the server's state: batches, metrics).
+    /// Not called for `HEAD`.
+    pub fn stream(&mut self, produce: impl FnOnce(&[u8], &mut dyn BodySink) + 'h) {
+        self.body.clear();
+        self.stream = Some(Box::new(produce));
+    }
+
+    /// Whether the body is streamed ([`Response::stream`]).
+    pub fn is_streamed(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// The producer of a streamed body, taken out to be run; `None` for a whole body.
+    pub fn take_stream(&mut self) -> Option<BodyProducer<'h>> {
+        self.stream.take()
     }
 
     /// Resets for the next request, keeping allocations.
@@ -85,6 +129,8 @@ impl Response {
         self.content_type = "application/json";
         self.close = false;
         self.head = false;
+        self.chunked = true;
+        self.stream = None;
     }
 
     /// Gives back the body's and headers' memory when it grew beyond `keep` bytes
@@ -105,6 +151,7 @@ impl Response {
 
     /// A JSON error body: `{"error": {"code": ..., "message": ...}}`.
     pub fn error(&mut self, status: u16, code: &str, message: &str) {
+        self.stream = None;
         self.status = status;
         self.content_type = "application/json";
         self.body.clear();
@@ -115,11 +162,18 @@ impl Response {
         self.body.push_str("}}");
     }
 
-    /// Appends the encoded response to `out`.
+    /// Appends the encoded response to `out`: its head and its whole body, or only the head of
+    /// a streamed one (`Transfer-Encoding: chunked`, or nothing of its length for `HEAD` to a
+    /// client that reads no chunks).
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut head = String::with_capacity(160);
-        let _ = write!(head, "HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
-        let _ = write!(head, "Content-Type: {}\r\nContent-Length: {}\r\n", self.content_type, self.body.len());
+        let _ =
+            write!(head, "HTTP/1.1 {} {}\r\nContent-Type: {}\r\n", self.status, reason(self.status), self.content_type);
+        if self.stream.is_none() {
+            let _ = write!(head, "Content-Length: {}\r\n", self.body.len());
+        } else if self.chunked {
+            head.push_str("Transfer-Encoding: chunked\r\n");
+        }
         for (name, value) in &self.headers {
             let _ = write!(head, "{name}: {value}\r\n");
         }
@@ -128,7 +182,7 @@ impl Response {
         }
         head.push_str("\r\n");
         out.extend_from_slice(head.as_bytes());
-        if !self.head {
+        if !self.head && self.stream.is_none() {
             out.extend_from_slice(self.body.as_bytes());
         }
     }

@@ -8,6 +8,7 @@
 #![allow(clippy::indexing_slicing)]
 
 pub mod admin;
+pub mod buffer;
 pub mod conn;
 pub mod http;
 pub mod notify;
@@ -69,6 +70,8 @@ pub struct App {
     /// open connections accepted before the drain began: the drain waits for them
     open_before_drain: AtomicUsize,
     max_connections: usize,
+    /// most inputs in one batch request (`server.max_batch_lines`)
+    pub max_batch_lines: usize,
     limits: ConnLimits,
 }
 
@@ -109,6 +112,12 @@ impl App {
     /// Share of the workers' time spent handling requests over the last second.
     pub fn load(&self) -> f64 {
         f64::from_bits(self.load_bits.load(Ordering::Relaxed))
+    }
+
+    /// Bytes held now by requests larger than a connection's base buffer (the shared budget
+    /// of `server.request_memory_bytes`).
+    pub fn request_memory_held(&self) -> usize {
+        self.limits.request_memory.held()
     }
 
     /// Open connections on both listeners.
@@ -263,6 +272,7 @@ impl App {
             open: [AtomicUsize::new(0), AtomicUsize::new(0)],
             open_before_drain: AtomicUsize::new(0),
             max_connections: cfg.server.max_connections,
+            max_batch_lines: cfg.server.max_batch_lines,
             limits: ConnLimits {
                 max_body_bytes: cfg.server.max_body_bytes,
                 max_headers: cfg.server.max_headers,
@@ -270,6 +280,7 @@ impl App {
                 idle_timeout: Duration::from_millis(cfg.server.idle_timeout_ms),
                 read_timeout: Duration::from_millis(cfg.server.read_timeout_ms),
                 write_timeout: Duration::from_millis(cfg.server.write_timeout_ms),
+                request_memory: buffer::RequestMemory::new(cfg.server.request_memory()),
             },
         };
         Ok((app, loaded_tables))
@@ -558,7 +569,9 @@ fn listen(
     Ok(handle)
 }
 
-/// Once a second, turns the workers' busy time into `/health`'s `load`.
+/// Once a second, turns the workers' busy time into `/health`'s `load`, and gives back to the
+/// system what the allocator holds freed (idle workers never call into it, so memory freed by
+/// connections that ended would otherwise stay resident: see [`crate::memory`]).
 fn spawn_sampler(app: Arc<App>, workers: usize) {
     std::thread::Builder::new()
         .name("clef-load".into())
@@ -574,6 +587,7 @@ fn spawn_sampler(app: Arc<App>, workers: usize) {
                 let load = ((busy - last) as f64 / (elapsed * workers.max(1) as f64)).clamp(0.0, 1.0);
                 last = busy;
                 app.load_bits.store(load.to_bits(), Ordering::Relaxed);
+                crate::memory::release(false);
             }
         })
         .ok();

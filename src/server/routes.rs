@@ -2,16 +2,17 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use percent_encoding::percent_decode_str;
 
 use super::admin;
-use super::http::{Request, Response};
+use super::http::{BodySink, Request, Response};
 use super::App;
 use crate::authz::{header_safe, Proxy, Verdict};
 use crate::decide::{self as pipeline, Refusal, Routed};
 use crate::expr::json::{write_json_float, write_json_string, write_string_map};
-use crate::metrics::{self, Gauges, TableLoad, TableView};
+use crate::metrics::{self, Gauges, TableLoad, TableSource, TableView};
 use crate::router::forward::{Answer, Endpoint, Outgoing};
 use crate::table::registry::{Outcome, Reloaded, RollbackError, Tables};
 use crate::table::{write_timestamp, Table};
@@ -124,8 +125,8 @@ fn rule_enabled_route(path: &str) -> Option<Route<'_>> {
     })
 }
 
-/// Answers one request.
-pub fn handle(app: &App, listener: Listener, req: &Request<'_>, rsp: &mut Response) {
+/// Answers one request (a streamed answer's producer may borrow `app`).
+pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut Response<'a>) {
     let cors = listener == Listener::Main && app.cors_enabled;
     if cors {
         add_cors_headers(app, req, rsp);
@@ -333,33 +334,97 @@ fn count(decided: &pipeline::Decided<'_>, latency_ns: u64) {
 }
 
 /// `POST /decide[/{table}]/batch`: one NDJSON line per input, in input order, each what
-/// `POST /decide` answers for it (snapshots, canary and shadow included).
-fn batch(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
+/// `POST /decide` answers for it (snapshots, canary and shadow included). The answer is
+/// streamed: decided as the client reads it, from the body where the connection keeps it.
+fn batch<'a>(app: &'a App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response<'a>) {
     let tables = app.registry.snapshot();
     let (name, degraded) = match routed(app, &tables, name, Endpoint::Batch, req.body, req, rsp) {
         Step::Here(name, degraded) => (name, degraded),
         Step::Forwarded(answer) => return answer.write(rsp),
         Step::Answered => return,
     };
-    let resolved = match pipeline::resolve(&tables, name.as_deref(), app.default_table.as_deref()) {
-        Ok(found) => found,
-        Err(refusal) => return refuse(&refusal, rsp),
-    };
-    let items = match pipeline::batch_items(req.body) {
-        Ok(items) => items,
+    if let Err(refusal) = pipeline::resolve(&tables, name.as_deref(), app.default_table.as_deref()) {
+        return refuse(&refusal, rsp);
+    }
+    let inputs = match pipeline::BatchInputs::check(req.body) {
+        Ok(inputs) => inputs,
         Err(e) => return rsp.error(e.status(), e.code(), &e.to_string()),
     };
-    let options = pipeline::Options { degraded, ..decision_options(req) };
-    let _inflight = app.enter();
-    for &(line, bytes) in &items {
-        let decided = pipeline::decide_staged(&app.stages, &tables, resolved, bytes, &options, &mut rsp.body);
-        count(&decided, decided.latency_ns);
-        if let Err(e) = &decided.result {
-            pipeline::write_line_error(e.code(), &e.to_string(), line, &mut rsp.body);
-        }
-        rsp.body.push('\n');
+    if inputs.count() > app.max_batch_lines {
+        return rsp.error(
+            413,
+            "batch_too_large",
+            &format!(
+                "the batch holds {} inputs; at most {} are decided in one request (server.max_batch_lines): \
+                 split it",
+                inputs.count(),
+                app.max_batch_lines
+            ),
+        );
     }
     rsp.content_type = "application/x-ndjson";
+    if req.header("x-clef-forwarded").is_some() {
+        // a clef router forwarded it: its client reads answers with a Content-Length only
+        rsp.chunked = false;
+    }
+    let tables = arc_swap::Guard::into_inner(tables);
+    let name = name.map(Cow::into_owned);
+    let explain = req.query_flag("explain");
+    let traceparent = req.header("traceparent").map(<[u8]>::to_vec);
+    rsp.stream(move |body, out| {
+        let options = pipeline::Options {
+            explain,
+            traceparent: traceparent.as_deref(),
+            degraded,
+            ..pipeline::Options::default()
+        };
+        decide_batch(app, &tables, name.as_deref(), inputs, body, &options, out);
+    });
+}
+
+/// Answer bytes of a batch decided at a time, counted in flight, before they are handed to
+/// the connection (which may wait for the client to read).
+const BATCH_GROUP_BYTES: usize = 8192;
+
+/// Decides the inputs of a batch `body` with table `name` (the default when `None`), writing one
+/// line each to `out`, until the last or until the client is gone.
+fn decide_batch(
+    app: &App,
+    tables: &Tables,
+    name: Option<&str>,
+    mut inputs: pipeline::BatchInputs,
+    body: &[u8],
+    options: &pipeline::Options<'_>,
+    out: &mut dyn BodySink,
+) {
+    let mut lines = String::new();
+    let resolved = match pipeline::resolve(tables, name, app.default_table.as_deref()) {
+        Ok(found) => found,
+        // the handler resolved it in this same snapshot: never, but said if it were
+        Err(refusal) => {
+            pipeline::write_line_error(refusal.code(), &refusal.to_string(), 0, &mut lines);
+            lines.push('\n');
+            let _ = out.write_str(&lines);
+            return;
+        }
+    };
+    while !out.gone() {
+        let inflight = app.enter();
+        while lines.len() < BATCH_GROUP_BYTES {
+            let Some((line, bytes)) = inputs.next(body) else { break };
+            let decided = pipeline::decide_staged(&app.stages, tables, resolved, bytes, options, &mut lines);
+            count(&decided, decided.latency_ns);
+            if let Err(e) = &decided.result {
+                pipeline::write_line_error(e.code(), &e.to_string(), line, &mut lines);
+            }
+            lines.push('\n');
+        }
+        drop(inflight);
+        if lines.is_empty() || out.write_str(&lines).is_err() {
+            return;
+        }
+        lines.clear();
+    }
 }
 
 /// `/authz/{table}`: decides on the request itself — `method`, `path` (what follows
@@ -609,55 +674,62 @@ fn health(app: &App, rsp: &mut Response) {
     b.push('}');
 }
 
-fn metrics_text(app: &App, req: &Request<'_>, rsp: &mut Response) {
-    let tables = app.registry.snapshot();
-    let views: Vec<TableView<'_>> = tables
-        .entries
-        .iter()
-        .filter_map(|(name, entry)| {
-            entry.current.as_ref().map(|t| TableView {
-                name,
-                version: &t.version,
-                kind: t.kind.name(),
-                stats: &entry.stats,
-            })
-        })
-        .collect();
-    // Every table name, served or not: a file that never loaded is the one most in need of a look.
-    let loads: Vec<TableLoad<'_>> = tables
-        .entries
-        .iter()
-        .map(|(name, entry)| TableLoad { name, failing: entry.error.is_some(), failures: entry.load_failures })
-        .collect();
+/// `GET /metrics`: encoded table by table into the answer as the client reads it.
+fn metrics_text<'a>(app: &'a App, req: &Request<'_>, rsp: &mut Response<'a>) {
+    let tables: Arc<Tables> = arc_swap::Guard::into_inner(app.registry.snapshot());
     let shadows = app.stages.shadow_counts();
     let router = app.router.as_ref().map(|r| r.figures()).unwrap_or_default();
-    let gauges = Gauges {
-        uptime_seconds: app.started.elapsed().as_secs_f64(),
-        inflight: app.inflight(),
-        load: app.load(),
-        open_connections: app.open_connections() as u64,
-        table_loads: &loads,
-        snapshots: app.stages.recorder.as_ref().map(|r| {
-            let s = r.stats();
-            metrics::SnapshotFigures {
-                recorded: s.recorded,
-                sampled_out: s.sampled_out,
-                dropped: s.dropped,
-                queued_bytes: s.queued_bytes,
-                memory_bytes: s.queue_memory_bytes + s.recent_bytes,
-                written_bytes: s.bytes_written,
-                write_errors: s.write_errors,
-                lost: s.lost,
-                disk_bytes: s.disk_bytes,
-                segments: s.segments,
-            }
-        }),
-        shadows: &shadows,
-        router: &router,
-    };
+    let snapshots = app.stages.recorder.as_ref().map(|r| {
+        let s = r.stats();
+        metrics::SnapshotFigures {
+            recorded: s.recorded,
+            sampled_out: s.sampled_out,
+            dropped: s.dropped,
+            queued_bytes: s.queued_bytes,
+            memory_bytes: s.queue_memory_bytes + s.recent_bytes,
+            written_bytes: s.bytes_written,
+            write_errors: s.write_errors,
+            lost: s.lost,
+            disk_bytes: s.disk_bytes,
+            segments: s.segments,
+        }
+    });
     let format = metrics::Format::from_accept(req.header("accept").and_then(|a| std::str::from_utf8(a).ok()));
-    rsp.body = metrics::encode_format(format, &views, &app.stats, &gauges);
     rsp.content_type = format.content_type();
+    rsp.stream(move |_, out| {
+        let gauges = Gauges {
+            uptime_seconds: app.started.elapsed().as_secs_f64(),
+            inflight: app.inflight(),
+            load: app.load(),
+            open_connections: app.open_connections() as u64,
+            request_memory: app.request_memory_held() as u64,
+            snapshots,
+            shadows: &shadows,
+            router: &router,
+        };
+        // an error is the client gone: nothing more to say to it
+        let _ = metrics::write_format(out, format, tables, &app.stats, &gauges);
+    });
+}
+
+/// The registry's tables as a scrape reports them: every name (served or not: a file that
+/// never loaded is the one most in need of a look), the served ones with their counters.
+impl TableSource for Tables {
+    fn each_table(&self, f: &mut dyn FnMut(TableView<'_>) -> std::fmt::Result) -> std::fmt::Result {
+        for (name, entry) in &self.entries {
+            if let Some(t) = &entry.current {
+                f(TableView { name, version: &t.version, kind: t.kind.name(), stats: &entry.stats })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn each_load(&self, f: &mut dyn FnMut(TableLoad<'_>) -> std::fmt::Result) -> std::fmt::Result {
+        for (name, entry) in &self.entries {
+            f(TableLoad { name, failing: entry.error.is_some(), failures: entry.load_failures })?;
+        }
+        Ok(())
+    }
 }
 
 /// `,"kind":…,"version":…,"rule_count":…,"loaded_at":…` of a loaded table.

@@ -214,12 +214,28 @@ impl Server {
 
     /// The server's resident memory now, in KiB (`VmRSS` of `/proc/PID/status`).
     pub fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS")
+    }
+
+    /// The most resident memory the server has had since it started, or since
+    /// [`Server::reset_peak_rss`], in KiB (`VmHWM`).
+    pub fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM")
+    }
+
+    /// Starts [`Server::peak_rss_kib`] again from the resident memory now (Linux's
+    /// `clear_refs`), so that it tells the peak of what follows, not of loading the tables.
+    pub fn reset_peak_rss(&self) {
+        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5").expect("reset VmHWM");
+    }
+
+    fn status_kib(&self, key: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("read /proc status");
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc status")
+            .unwrap_or_else(|| panic!("{key} in /proc status"))
     }
 
     /// Sends a signal to the server.
@@ -345,6 +361,8 @@ impl Resp {
 pub struct Conn {
     pub stream: TcpStream,
     pub buf: Vec<u8>,
+    /// the next answer read is to a `HEAD` request: it has no body, whatever its head says
+    pub head_only: bool,
 }
 
 pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
@@ -371,7 +389,7 @@ impl Conn {
         stream.set_read_timeout(Some(IO_TIMEOUT))?;
         stream.set_write_timeout(Some(IO_TIMEOUT))?;
         let _ = stream.set_nodelay(true);
-        Ok(Conn { stream, buf: Vec::new() })
+        Ok(Conn { stream, buf: Vec::new(), head_only: false })
     }
 
     pub fn open(port: u16) -> Conn {
@@ -384,7 +402,10 @@ impl Conn {
 
     pub fn try_request(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> io::Result<Resp> {
         self.stream.write_all(&request_bytes(method, path, headers, body))?;
-        self.read_response()
+        self.head_only = method == "HEAD";
+        let answer = self.read_response();
+        self.head_only = false;
+        answer
     }
 
     pub fn request(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
@@ -401,7 +422,8 @@ impl Conn {
         Ok(())
     }
 
-    /// Reads one response (skipping `100 Continue`): status line, headers, `Content-Length` body.
+    /// Reads one response (skipping `100 Continue`): status line, headers, and a body of
+    /// `Content-Length` bytes or in chunks (`Transfer-Encoding: chunked`, checked strictly).
     pub fn read_response(&mut self) -> io::Result<Resp> {
         loop {
             let head_end = loop {
@@ -423,20 +445,53 @@ impl Conn {
                 .filter_map(|l| l.split_once(':'))
                 .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
                 .collect();
-            let len: usize = headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-                .map(|(_, v)| v.parse().expect("numeric Content-Length"))
-                .unwrap_or(0);
-            while self.buf.len() < head_end + 4 + len {
-                self.fill()?;
-            }
-            let body = self.buf[head_end + 4..head_end + 4 + len].to_vec();
-            self.buf.drain(..head_end + 4 + len);
+            let header = |name: &str| headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v);
+            let chunked = header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+            let length = header("content-length").map(|v| v.parse::<usize>().expect("numeric Content-Length"));
+            assert!(!(chunked && length.is_some()), "both Content-Length and chunked: {head}");
+            self.buf.drain(..head_end + 4);
+            let body = if chunked && !self.head_only {
+                self.read_chunks()?
+            } else {
+                let len = if self.head_only { 0 } else { length.unwrap_or(0) };
+                while self.buf.len() < len {
+                    self.fill()?;
+                }
+                self.buf.drain(..len).collect()
+            };
             if status == 100 {
                 continue;
             }
             return Ok(Resp { status, headers, body });
+        }
+    }
+
+    /// A chunked body (RFC 9112 §7.1): hexadecimal sizes, each chunk followed by CRLF, a last
+    /// chunk of size 0 and no trailers. Anything else fails the test.
+    fn read_chunks(&mut self) -> io::Result<Vec<u8>> {
+        let mut body = Vec::new();
+        loop {
+            let line_end = loop {
+                if let Some(i) = find(&self.buf, b"\r\n") {
+                    break i;
+                }
+                self.fill()?;
+            };
+            let size_text = String::from_utf8_lossy(&self.buf[..line_end]).into_owned();
+            assert!(
+                !size_text.is_empty() && size_text.bytes().all(|b| b.is_ascii_hexdigit()),
+                "bad chunk size line {size_text:?}"
+            );
+            let size = usize::from_str_radix(&size_text, 16).expect("chunk size");
+            while self.buf.len() < line_end + 2 + size + 2 {
+                self.fill()?;
+            }
+            assert_eq!(&self.buf[line_end + 2 + size..line_end + 4 + size], b"\r\n", "a chunk not ended by CRLF");
+            body.extend_from_slice(&self.buf[line_end + 2..line_end + 2 + size]);
+            self.buf.drain(..line_end + 4 + size);
+            if size == 0 {
+                return Ok(body);
+            }
         }
     }
 
