@@ -411,11 +411,8 @@ pub fn batch_items(body: &[u8]) -> Result<Vec<BatchItem<'_>>, InputError> {
             offset: e.valid_up_to(),
             message: "the body is not UTF-8".into(),
         })?;
-        let items: Vec<&serde_json::value::RawValue> = serde_json::from_str(text).map_err(|e| {
-            let message = e.to_string();
-            let message = message.split(" at line ").next().unwrap_or(&message).to_string();
-            InputError::InvalidJson { offset: byte_offset(text, e.line(), e.column()), message }
-        })?;
+        let items: Vec<&serde_json::value::RawValue> =
+            serde_json::from_str(text).map_err(|e| InputError::from_serde_syntax(text.as_bytes(), &e))?;
         return Ok(items.into_iter().enumerate().map(|(i, raw)| (i + 1, raw.get().as_bytes())).collect());
     }
     Ok(body
@@ -424,18 +421,6 @@ pub fn batch_items(body: &[u8]) -> Result<Vec<BatchItem<'_>>, InputError> {
         .filter(|(_, line)| line.iter().any(|b| !b.is_ascii_whitespace()))
         .map(|(i, line)| (i + 1, line))
         .collect())
-}
-
-/// The byte offset of serde_json's 1-based line and column.
-fn byte_offset(text: &str, line: usize, column: usize) -> usize {
-    let mut offset = 0;
-    for (i, l) in text.split_inclusive('\n').enumerate() {
-        if i + 1 == line {
-            return offset + column.saturating_sub(1).min(l.len());
-        }
-        offset += l.len();
-    }
-    text.len()
 }
 
 /// `{"error": {"code", "message"}, "line": N}`: a batch line that got no decision.
