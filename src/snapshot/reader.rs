@@ -4,7 +4,7 @@
 //! Whatever a crash left behind is skipped and counted, never fatal: in a plain segment, a last
 //! line without its `\n`; in a zstd segment, a last frame that is incomplete (or whose checksum
 //! fails): its lines are not used at all, and everything before it is. A damaged frame in the
-//! middle of a file (which clef itself never leaves: it cuts a failed write off its segment)
+//! middle of a file (which clef leaves only when it cannot cut a failed write off its segment)
 //! is skipped up to the next frame's magic number.
 //!
 //! Memory is bounded whatever the files hold, so that a hostile file (a zstd bomb: a few KB
@@ -362,6 +362,13 @@ impl SnapshotReader {
             match result {
                 Ok(0) => {
                     cur.frame_bytes_in = 0;
+                    if self.data.last().is_some_and(|&b| b != b'\n') && self.data.len() >= MAX_LINE {
+                        // a full buffer whose line goes on: beyond what a reader holds
+                        self.stats.oversized += 1;
+                        self.data = Vec::new();
+                        self.scan = 0;
+                        continue;
+                    }
                     if !self.data.is_empty() {
                         if self.data.last() != Some(&b'\n') {
                             // a frame clef wrote always ends a line; keep what is whole

@@ -1025,7 +1025,7 @@ impl Writer {
         }
         let deleted = open.as_ref().is_ok_and(|o| o.nlink() == 0);
         let Some(seg) = self.open[i].take() else { return };
-        self.s.w.segments.fetch_sub(1, Relaxed);
+        self.segment_gone();
         if deleted {
             let e = io::Error::new(
                 io::ErrorKind::NotFound,
@@ -1060,8 +1060,13 @@ impl Writer {
         let Some(seg) = self.open[i].take() else { return };
         let _ = seg.file.sync_data();
         if seg.bytes == 0 && std::fs::remove_file(&seg.path).is_ok() {
-            self.s.w.segments.fetch_sub(1, Relaxed);
+            self.segment_gone();
         }
+    }
+
+    /// One segment fewer in the folder (saturating: retention may have counted it gone already).
+    fn segment_gone(&self) {
+        let _ = self.s.w.segments.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
     }
 
     /// Each chunk as it goes to the file: a zstd frame of its lines, or the lines themselves.
