@@ -64,23 +64,45 @@ pub fn remove(path: &Path) -> io::Result<()> {
 pub struct Loaded<T> {
     /// the state to use: the file's, else its last good copy's; `None` when neither passes
     pub value: Option<T>,
-    /// why the file was not used, and what was instead (no path in it); `None` when the file
-    /// passed, or there is none
-    pub problem: Option<String>,
+    /// why the file was not used, and what was instead; `None` when the file passed, or there
+    /// is none
+    pub problem: Option<Problem>,
+}
+
+/// Why a state file was not used, and what was instead (no path in either).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    /// in full, for the log: it may quote the file (a value out of bounds, a parse error)
+    pub detail: String,
+    /// the same with nothing read from the file, for `/health` (served on the decision
+    /// listener without a token)
+    pub summary: String,
+}
+
+impl Problem {
+    fn new(detail: String, summary: String) -> Problem {
+        Problem { detail, summary }
+    }
+
+    /// This problem, then `more` (the same words in both forms).
+    fn then(self, more: &str) -> Problem {
+        Problem::new(format!("{}{more}", self.detail), format!("{}{more}", self.summary))
+    }
 }
 
 /// Reads the JSON state file `path` (at most `max` bytes) and checks it with `check`; when it
 /// fails, its last good copy (see the module doc). No file at all is `value: None` with no
 /// problem.
 pub fn load<T: DeserializeOwned>(path: &Path, max: u64, check: impl Fn(&T) -> Result<(), String>) -> Loaded<T> {
-    let read = |p: &Path| -> Result<Option<T>, String> {
+    let read = |p: &Path| -> Result<Option<T>, Problem> {
         let bytes = match crate::files::read_limited(p, max) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot be read: {e}")),
+            Err(e) => return Err(Problem::new(format!("cannot be read: {e}"), format!("cannot be read: {e}"))),
         };
-        let value: T = serde_json::from_slice(&bytes).map_err(|e| format!("is not valid: {e}"))?;
-        check(&value).map_err(|e| format!("fails its checks: {e}"))?;
+        let value: T = serde_json::from_slice(&bytes)
+            .map_err(|e| Problem::new(format!("is not valid: {e}"), "is not valid".into()))?;
+        check(&value).map_err(|e| Problem::new(format!("fails its checks: {e}"), "fails its checks".into()))?;
         Ok(Some(value))
     };
     let backup = last_good_path(path);
@@ -89,20 +111,28 @@ pub fn load<T: DeserializeOwned>(path: &Path, max: u64, check: impl Fn(&T) -> Re
         // a crash between keeping the last good copy and writing the new file
         Ok(None) => match read(&backup) {
             Ok(value) => Loaded { value, problem: None },
-            Err(why) => Loaded { value: None, problem: Some(format!("its last good copy {why}")) },
+            Err(why) => {
+                let why = Problem::new(
+                    format!("its last good copy {}", why.detail),
+                    format!("its last good copy {}", why.summary),
+                );
+                Loaded { value: None, problem: Some(why) }
+            }
         },
         Err(why) => match read(&backup) {
             Ok(Some(value)) => {
                 let when = std::fs::metadata(&backup).and_then(|m| m.modified()).ok();
                 let when = when.map(|t| format!(" (saved {})", humantime::format_rfc3339_seconds(t)));
-                Loaded {
-                    value: Some(value),
-                    problem: Some(format!("{why}; the last good copy{} is used", when.unwrap_or_default())),
-                }
+                let used = format!("; the last good copy{} is used", when.unwrap_or_default());
+                Loaded { value: Some(value), problem: Some(why.then(&used)) }
             }
-            Ok(None) => Loaded { value: None, problem: Some(format!("{why}; there is no last good copy")) },
-            Err(why_backup) => {
-                Loaded { value: None, problem: Some(format!("{why}; its last good copy {why_backup} too")) }
+            Ok(None) => Loaded { value: None, problem: Some(why.then("; there is no last good copy")) },
+            Err(backup) => {
+                let problem = Problem::new(
+                    format!("{}; its last good copy {} too", why.detail, backup.detail),
+                    format!("{}; its last good copy {} too", why.summary, backup.summary),
+                );
+                Loaded { value: None, problem: Some(problem) }
             }
         },
     }
@@ -174,8 +204,10 @@ mod tests {
         let l = load(&p, 100, positive);
         assert_eq!(l.value, Some(1));
         let why = l.problem.unwrap();
-        assert!(why.contains("fails its checks: -2 is not above 0") && why.contains("last good copy"), "{why}");
-        assert!(!why.contains(&*dir.path().to_string_lossy()), "no path: {why}");
+        assert!(why.detail.contains("fails its checks: -2 is not above 0"), "{why:?}");
+        assert!(why.summary.starts_with("fails its checks; the last good copy (saved "), "{why:?}");
+        assert!(!why.summary.contains("-2"), "nothing read from the file in the summary: {why:?}");
+        assert!(!why.detail.contains(&*dir.path().to_string_lossy()), "no path: {why:?}");
         // the damaged file never replaces the good copy
         save(&p, b"3", 100, parses_positive).unwrap();
         assert_eq!(std::fs::read(last_good_path(&p)).unwrap(), b"1");
@@ -185,7 +217,7 @@ mod tests {
         std::fs::write(&p, b"{").unwrap();
         let l = load(&p, 100, positive);
         assert_eq!(l.value, None);
-        assert!(l.problem.unwrap().contains("no last good copy"));
+        assert!(l.problem.unwrap().summary.contains("is not valid; there is no last good copy"));
     }
 
     #[test]

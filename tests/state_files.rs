@@ -64,13 +64,16 @@ fn flip(path: &PathBuf, from: &str, to: &str) {
     std::fs::write(path, text.replacen(from, to, 1)).unwrap();
 }
 
-/// `/health` reports `part` (under `key`) as degraded, with no path of the server's folder.
-fn reported(srv: &Server, part: &str, key: &str) -> String {
+/// `/health` reports `part` (under `key`) as degraded, with no path of the server's folder and
+/// nothing of `content` (what the damaged file holds: the log says it, `/health` is open).
+fn reported(srv: &Server, part: &str, key: &str, content: &str) -> String {
     let h = srv.health();
     assert_eq!(h["status"], "degraded", "{h}");
     assert!(h["degraded"].as_array().unwrap().contains(&part.into()), "{h}");
     let message = h[part][key].as_str().unwrap_or_else(|| panic!("no {part}.{key} in {h}")).to_string();
     assert!(!message.contains(&*srv.path().to_string_lossy()), "a path in /health: {message}");
+    assert!(!message.contains(content), "file content in /health: {message}");
+    assert!(srv.log_text().contains(content), "the log says what failed: {}", srv.log_text());
     message
 }
 
@@ -91,8 +94,8 @@ fn a_flipped_bit_in_promoted_values_is_not_served_the_last_good_copy_is() {
     assert_eq!(served["params"]["rate"]["value"], json!(0.06), "the last good promotion serves: {served}");
     let alert = |s: &Server| s.post("/decide", r#"{"error_rate": 0.065}"#).json()["action"]["alert"].clone();
     assert_eq!(alert(&srv), json!(true), "0.065 is above 0.06 (not above 8.07)");
-    let why = reported(&srv, "tuning", "r");
-    assert!(why.contains("8.07") && why.contains("outside") && why.contains("last good copy"), "{why}");
+    let why = reported(&srv, "tuning", "r", "\"value\" 8.07 is outside [min, max] = [0, 0.2]");
+    assert!(why.contains("promoted values fails its checks; the last good copy (saved"), "{why}");
     // tuning goes on, around the value that serves
     assert_eq!(tuned(&srv)["baseline"]["params"], json!({"rate": 0.06}));
     assert!(!srv.log_text().contains("declares no tunable parameter"), "{}", srv.log_text());
@@ -102,8 +105,8 @@ fn a_flipped_bit_in_promoted_values_is_not_served_the_last_good_copy_is() {
         std::fs::remove_file(dir.join("state/tuning/overlays/r.json.last-good")).unwrap();
     });
     assert_eq!(srv.get("/tables/r").json()["params"]["rate"]["value"], json!(0.05));
-    let why = reported(&srv, "tuning", "r");
-    assert!(why.contains("no last good copy") && why.contains("the file's values serve"), "{why}");
+    let why = reported(&srv, "tuning", "r", "8.07");
+    assert!(why.contains("no last good copy; the file's values serve"), "{why}");
     // a new promotion writes a good file: once read again, /health is ok
     tuned(&srv);
     promote(&srv, "v1");
@@ -123,8 +126,8 @@ fn garbled_rewards_give_way_to_their_last_good_copy() {
     assert_eq!(fed.json()["counted"], true, "{}", fed.text());
     // one reward of 1: a sum of 1 for 1 sample; flipped, a sum of 9 that 0/1 rewards cannot make
     let srv = restart_after(srv, |_| flip(&rewards, "\"sum\": 1.0", "\"sum\": 9.0"));
-    let why = reported(&srv, "tuning", "r");
-    assert!(why.contains("cannot add up") && why.contains("last good copy"), "{why}");
+    let why = reported(&srv, "tuning", "r", "cannot add up to a sum of 9");
+    assert!(why.contains("rewards fails its checks; the last good copy"), "{why}");
     assert_eq!(tuned(&srv)["baseline"]["samples"], 0, "the copy before the reward");
 }
 
@@ -142,8 +145,8 @@ fn a_garbled_kill_switch_file_gives_way_to_its_last_good_copy() {
     // a bit flipped in the file's first key: `"format"` becomes `"fosmat"` is harmless (unknown
     // keys are ignored); `[` becoming `{` is not JSON any more
     let srv = restart_after(srv, |_| flip(&state, "\"g\": [", "\"g\": {"));
-    let why = reported(&srv, "registry", "state");
-    assert!(why.contains("is not valid") && why.contains("last good copy"), "{why}");
+    let why = reported(&srv, "registry", "state", "registry.json is not valid: ");
+    assert!(why.contains("is not valid; the last good copy"), "{why}");
     // the copy from before the second switch: `big` is off, `vip` is on again
     let t = srv.get("/tables/g").json();
     let enabled: Vec<(String, bool)> = t["rules"]

@@ -134,14 +134,15 @@ pub fn apply(table: Table, folder: &Path) -> Table {
     let loaded = read(folder, &table.name, table.params.as_ref());
     match &loaded.problem {
         Some(why) => {
-            log::error!("table \"{}\": the file of its promoted values ({}) {why}", table.name, path.display());
             let used = if loaded.value.is_some() { "" } else { "; the file's values serve" };
-            state_file::report(
-                "tuning",
-                &table.name,
-                "overlay",
-                format!("the file of its promoted values {why}{used}"),
+            let (detail, summary) = (&why.detail, &why.summary);
+            log::error!(
+                "table \"{}\": the file of its promoted values ({}) {detail}{used}",
+                table.name,
+                path.display()
             );
+            let message = format!("the file of its promoted values {summary}{used}");
+            state_file::report("tuning", &table.name, "overlay", message);
         }
         None => state_file::resolve("tuning", &table.name, "overlay"),
     }
@@ -182,7 +183,7 @@ pub fn promote(
     values: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), String> {
     let loaded = read(folder, &served.name, served.params.as_ref());
-    if let Some(why) = &loaded.problem {
+    if let Some(why) = loaded.problem.as_ref().map(|p| &p.detail) {
         log::warn!(
             "table \"{}\": the file of its promoted values {why}; the promotion starts from what passes",
             served.name
@@ -217,7 +218,7 @@ pub fn export(path: &Path, folder: &Path) -> Result<String, String> {
     let table = Table::from_bytes(path, &bytes, &limits).map_err(|e| e.to_string())?;
     let loaded = read(folder, &table.name, table.params.as_ref());
     if let Some(why) = loaded.problem {
-        return Err(format!("the promoted values of \"{}\" {why}", table.name));
+        return Err(format!("the promoted values of \"{}\" {}", table.name, why.detail));
     }
     let overlay = loaded.value.unwrap_or_default();
     let (values, _) = applicable(&overlay, table.params.as_ref());

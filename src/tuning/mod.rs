@@ -574,13 +574,10 @@ impl Tuner {
         match &loaded.problem {
             Some(why) => {
                 let afresh = if loaded.value.is_some() { "" } else { "; its rewards start afresh" };
-                log::error!("tuning {}: the file of its rewards ({}) {why}{afresh}", tuned.name, path.display());
-                crate::state_file::report(
-                    "tuning",
-                    &tuned.name,
-                    "rewards",
-                    format!("the file of its rewards {why}{afresh}"),
-                );
+                let (detail, summary) = (&why.detail, &why.summary);
+                log::error!("tuning {}: the file of its rewards ({}) {detail}{afresh}", tuned.name, path.display());
+                let message = format!("the file of its rewards {summary}{afresh}");
+                crate::state_file::report("tuning", &tuned.name, "rewards", message);
             }
             None => crate::state_file::resolve("tuning", &tuned.name, "rewards"),
         }

@@ -146,14 +146,14 @@ impl Store {
             "registry",
             "state",
             "registry",
-            format!("the file of kill switches and rollback pins {why}{outcome}"),
+            format!("the file of kill switches and rollback pins {}{outcome}", why.summary),
         );
         match loaded.value {
             Some(state) => {
-                log::error!("{} {why}", path.display());
+                log::error!("{} {}", path.display(), why.detail);
                 Ok(state)
             }
-            None => Err(format!("{} {why}", path.display())),
+            None => Err(format!("{} {}", path.display(), why.detail)),
         }
     }
 
