@@ -170,6 +170,8 @@ pub fn apply(table: Table, folder: &Path) -> Table {
                 "table \"{}\": its promoted values do not compile ({e}); serving the file's values",
                 table.name
             );
+            let message = "the promoted values do not compile with the table; the file's values serve".to_string();
+            state_file::report("tuning", &table.name, "overlay", message);
             table
         }
     }
@@ -218,7 +220,7 @@ pub fn export(path: &Path, folder: &Path) -> Result<String, String> {
     let table = Table::from_bytes(path, &bytes, &limits).map_err(|e| e.to_string())?;
     let loaded = read(folder, &table.name, table.params.as_ref());
     if let Some(why) = loaded.problem {
-        return Err(format!("the promoted values of \"{}\" {}", table.name, why.detail));
+        return Err(format!("the file of promoted values of \"{}\" {}", table.name, why.detail));
     }
     let overlay = loaded.value.unwrap_or_default();
     let (values, _) = applicable(&overlay, table.params.as_ref());
