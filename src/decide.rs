@@ -431,11 +431,7 @@ impl BatchInputs {
             })?;
             let mut de = serde_json::Deserializer::from_str(text);
             let count = serde::Deserializer::deserialize_seq(&mut de, CountElements).and_then(|n| de.end().map(|()| n));
-            let count = count.map_err(|e| {
-                let message = e.to_string();
-                let message = message.split(" at line ").next().unwrap_or(&message).to_string();
-                InputError::InvalidJson { offset: byte_offset(text, e.line(), e.column()), message }
-            })?;
+            let count = count.map_err(|e| InputError::from_serde_syntax(text.as_bytes(), &e))?;
             return Ok(BatchInputs { array: true, count, at: at + open + 1, line: 0 });
         }
         let count = rest.split(|&b| b == b'\n').filter(|line| !blank(line)).count();
@@ -504,18 +500,6 @@ impl<'de> serde::de::Visitor<'de> for CountElements {
         }
         Ok(n)
     }
-}
-
-/// The byte offset of serde_json's 1-based line and column.
-fn byte_offset(text: &str, line: usize, column: usize) -> usize {
-    let mut offset = 0;
-    for (i, l) in text.split_inclusive('\n').enumerate() {
-        if i + 1 == line {
-            return offset + column.saturating_sub(1).min(l.len());
-        }
-        offset += l.len();
-    }
-    text.len()
 }
 
 /// `{"error": {"code", "message"}, "line": N}`: a batch line that got no decision.

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod router;
 pub mod server;
 pub mod snapshot;
+pub mod state_file;
 pub mod suggest;
 pub mod table;
 pub mod tuning;

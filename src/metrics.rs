@@ -496,6 +496,11 @@ pub struct Gauges<'a> {
     pub request_memory: u64,
     /// The snapshot recorder's figures, when snapshots are on.
     pub snapshots: Option<SnapshotFigures>,
+    /// Tuning's figures, when tuning is on.
+    pub tuning: Option<TuningFigures>,
+    /// State files (kill switches, tuning's rewards and promoted values) that failed their
+    /// checks when last read (`clef_state_files_failing`).
+    pub state_files_failing: u64,
     /// Every shadow table's agreement (`clef_shadow_decisions_total`).
     pub shadows: &'a [ShadowCount],
     /// Every router instance's figures (`clef_router_…`), when the router is on.
@@ -536,10 +541,25 @@ pub struct SnapshotFigures {
     pub write_errors: u64,
     /// snapshots lost to failed writes
     pub lost: u64,
+    /// snapshot bytes the disk refused, kept to be written again
+    pub retry_bytes: u64,
+    /// 1 while the writer cannot store snapshots (its last attempt failed), else 0
+    pub failing: u64,
+    /// times the snapshots folder was found missing and made again
+    pub folder_recreated: u64,
     /// bytes the segment files take now
     pub disk_bytes: u64,
     /// segment files now
     pub segments: u64,
+}
+
+/// Tuning's figures (`clef_tuning_…`), when tuning is on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TuningFigures {
+    /// ids of counted feedback held to recognise repeats
+    pub feedback_ids: u64,
+    /// ids forgotten (oldest first) to stay within `tuning.max_feedback_ids`
+    pub feedback_ids_forgotten: u64,
 }
 
 /// Figures of the whole process, read from `/proc/self` when scraped (nothing is kept between
@@ -678,6 +698,8 @@ fn write_with(
     }));
     registry.register_collector(Box::new(StagesCollector {
         snapshots: gauges.snapshots,
+        tuning: gauges.tuning,
+        state_files_failing: gauges.state_files_failing,
         shadows: gauges.shadows.to_vec(),
     }));
     if !gauges.router.is_empty() {
@@ -890,6 +912,8 @@ impl Collector for GaugesCollector {
 #[derive(Debug)]
 struct StagesCollector {
     snapshots: Option<SnapshotFigures>,
+    tuning: Option<TuningFigures>,
+    state_files_failing: u64,
     shadows: Vec<ShadowCount>,
 }
 
@@ -907,6 +931,11 @@ impl Collector for StagesCollector {
                     s.write_errors,
                 ),
                 ("clef_snapshots_lost", "Snapshots lost to failed writes", s.lost),
+                (
+                    "clef_snapshots_folder_recreated",
+                    "Times the snapshots folder was found deleted and made again",
+                    s.folder_recreated,
+                ),
             ];
             for (name, help, value) in counters {
                 ConstCounter::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)?;
@@ -916,11 +945,40 @@ impl Collector for StagesCollector {
                 ("clef_snapshots_memory_bytes", "Memory the snapshot queue and recent window take", s.memory_bytes),
                 ("clef_snapshots_disk_bytes", "Bytes the snapshot segment files take", s.disk_bytes),
                 ("clef_snapshots_segments", "Snapshot segment files on disk", s.segments),
+                (
+                    "clef_snapshots_retry_bytes",
+                    "Snapshot bytes the disk refused, kept to be written again",
+                    s.retry_bytes,
+                ),
+                ("clef_snapshots_failing", "1 while snapshots cannot be stored (the last write failed)", s.failing),
             ];
             for (name, help, value) in gauges {
                 ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
             }
         }
+        if let Some(t) = &self.tuning {
+            let help = "Ids of counted feedback held to recognise a repeat";
+            ConstGauge::new(t.feedback_ids).encode(encoder.encode_descriptor(
+                "clef_tuning_feedback_ids",
+                help,
+                None,
+                MetricType::Gauge,
+            )?)?;
+            let help = "Ids of counted feedback forgotten, oldest first, to stay within tuning.max_feedback_ids";
+            ConstCounter::new(t.feedback_ids_forgotten).encode(encoder.encode_descriptor(
+                "clef_tuning_feedback_ids_forgotten",
+                help,
+                None,
+                MetricType::Counter,
+            )?)?;
+        }
+        let help = "State files (kill switches, tuning rewards and promoted values) that failed their checks";
+        ConstGauge::new(self.state_files_failing).encode(encoder.encode_descriptor(
+            "clef_state_files_failing",
+            help,
+            None,
+            MetricType::Gauge,
+        )?)?;
         if !self.shadows.is_empty() {
             let help = "Decisions a shadow table also made, by whether it gave the same action";
             let mut family = encoder.encode_descriptor("clef_shadow_decisions", help, None, MetricType::Counter)?;

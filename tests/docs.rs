@@ -734,6 +734,7 @@ fn metrics_are_documented_with_type_and_labels() {
     let router = [clef::router::InstanceFigures { id: "i".into(), ..Default::default() }];
     let gauges = Gauges {
         snapshots: Some(clef::metrics::SnapshotFigures::default()),
+        tuning: Some(clef::metrics::TuningFigures::default()),
         shadows: &shadows,
         router: &router,
         ..Gauges::default()
@@ -1019,6 +1020,16 @@ impl Server {
         ] {
             std::fs::write(dir.path().join("tables").join(name), text).expect("write a table");
         }
+        // saved state that fails its checks, so that `/health` reports it: a kill switch for a
+        // rule with no name, and a promoted value that is not a number
+        std::fs::create_dir_all(dir.path().join("state/tuning/overlays")).expect("state/");
+        std::fs::write(dir.path().join("state/registry.json"), r#"{"format": 1, "switches": {"t": [""]}}"#)
+            .expect("write registry.json");
+        std::fs::write(
+            dir.path().join("state/tuning/overlays/tu.json"),
+            r#"{"table": "tu", "params": {"limit": {"file": 5, "value": "six"}}}"#,
+        )
+        .expect("write an overlay");
         let config = format!(
             "server: {{host: 127.0.0.1, port: {main}}}\nadmin: {{listen: \"127.0.0.1:{admin}\"}}\n\
              model: {{default_table: t, watch_file: false}}\n\
@@ -1186,6 +1197,25 @@ fn endpoints_and_response_fields_are_documented() {
     let unpinned = server.json(true, "POST", "/reload", "");
     assert!(unpinned.to_string().contains(r#""pin_ended""#), "{unpinned}");
     record("POST", "/reload", unpinned);
+    // snapshots that cannot be stored: a file where their folder was; a decision with a warning
+    // is always kept
+    let snaps = server.dir.path().join("snaps");
+    std::fs::rename(&snaps, server.dir.path().join("snaps.away")).expect("move snaps/");
+    std::fs::write(&snaps, "not a folder").expect("a file in its place");
+    server.json(false, "POST", "/decide/t", r#"{"x": "s", "y": 1}"#);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let failing = loop {
+        let h = server.json(false, "GET", "/health", "");
+        if h["snapshots"]["failing"] == true {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "snapshots never failed: {h}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for part in ["tables", "snapshots", "registry", "tuning"] {
+        assert!(failing["degraded"].as_array().is_some_and(|d| d.contains(&part.into())), "{part}: {failing}");
+    }
+    record("GET", "/health", failing);
 
     let text = read(doc);
     let mut described = BTreeSet::new();

@@ -437,9 +437,13 @@ fn a_corrupt_state_file_is_logged_and_the_tables_serve_as_their_files_say() {
     std::fs::write(srv.path().join("state/registry.json"), b"{\"switches\": {\"risk\": [\"bi").unwrap();
     let srv = restart(srv, &cfg);
     assert_eq!(srv.action("risk", r#"{"x": 50}"#), "one", "no switch is in force");
-    assert_eq!(srv.health()["status"], json!("ok"));
+    // said where an operator looks, without a path
+    let health = srv.health();
+    assert_eq!((&health["status"], &health["degraded"]), (&json!("degraded"), &json!(["registry"])), "{health}");
+    let why = health["registry"]["state"].as_str().unwrap();
+    assert!(why.contains("is not valid") && why.contains("no kill switch or rollback pin is in force"), "{why}");
     let log = srv.log_text();
-    assert!(log.contains("ERROR") && log.contains("registry.json is not a clef state file"), "{log}");
+    assert!(log.contains("ERROR") && log.contains("registry.json is not valid"), "{log}");
     assert!(srv.path().join("state/registry.json.corrupt").exists(), "the bad file is kept aside");
     // the next change writes a good file
     switch_ok(&srv, "risk", "vip", false);
@@ -450,7 +454,7 @@ fn a_corrupt_state_file_is_logged_and_the_tables_serve_as_their_files_say() {
     std::fs::create_dir(srv.path().join("state/registry.json")).unwrap();
     let srv = restart(srv, &cfg);
     assert_eq!(srv.action("risk", r#"{"x": 5, "tier": "vip"}"#), "vip");
-    assert!(srv.log_text().contains("cannot read"), "{}", srv.log_text());
+    assert!(srv.log_text().contains("cannot be read"), "{}", srv.log_text());
 }
 
 #[test]

@@ -377,3 +377,78 @@ fn a_yaml_rule_set_replays_with_the_rules_switched_off_when_it_decided() {
     let t = &report.table;
     assert_eq!((t.decisions, t.correct, t.unapplied), (200, 200, 0), "{:#?}", t.changed_rules);
 }
+
+/// A zstd frame of `blocks` RLE blocks of 128 KiB of `byte` each: a few bytes per block, so
+/// 8,192 blocks (1 GiB decoded) take 32 KB — the bomb of the issue. `window_log` is what its
+/// header asks the decoder for; `declared` writes the decoded size in the header.
+fn zstd_bomb(blocks: u32, byte: u8, window_log: u8, declared: bool) -> Vec<u8> {
+    const BLOCK: u32 = 128 << 10;
+    let mut out = vec![0x28, 0xB5, 0x2F, 0xFD];
+    // Frame_Header_Descriptor: an 8-byte content size (flag 3) or none (flag 0), not a single
+    // segment (so a Window_Descriptor follows), no checksum, no dictionary
+    out.push(if declared { 0b1100_0000 } else { 0 });
+    out.push((window_log - 10) << 3);
+    if declared {
+        out.extend_from_slice(&(u64::from(blocks) * u64::from(BLOCK)).to_le_bytes());
+    }
+    for i in 0..blocks {
+        let last = u32::from(i + 1 == blocks);
+        let header = last | (1 << 1) | (BLOCK << 3); // Block_Type 1: RLE
+        out.extend_from_slice(&header.to_le_bytes()[..3]);
+        out.push(byte);
+    }
+    out
+}
+
+#[test]
+fn hostile_snapshot_files_are_skipped_and_counted_in_bounded_memory() {
+    // Before: a 33 KB zstd bomb cost `clef replay` 276 MB (the decoder's default window of
+    // 128 MiB, and the decoded frame grown to twice 64 MiB), counted as "damaged".
+    let dir = tempfile::tempdir().unwrap();
+    let table_path = write_table(dir.path(), "risk", &risk_source());
+    let good = dir.path().join("good");
+    record(&good, &table_path, 200, Compress::Zstd);
+    let cases: [(&str, Vec<u8>); 4] = [
+        // a window of 128 MiB asked for (as `zstd --ultra -22` or `--long` make): refused
+        ("window.ndjson.zst", zstd_bomb(8192, b'x', 27, false)),
+        // 1 GiB in one line, its size not declared: decoded up to the cap, then skipped
+        ("undeclared.ndjson.zst", zstd_bomb(8192, b'x', 20, false)),
+        // 1 GiB declared in the header: skipped unread
+        ("declared.ndjson.zst", zstd_bomb(8192, b'x', 20, true)),
+        // a plain file whose first line is 80 MiB long
+        ("long-line.ndjson", {
+            let mut f = vec![b'x'; 80 << 20];
+            f.push(b'\n');
+            f
+        }),
+    ];
+    for (name, bytes) in &cases {
+        let case = dir.path().join(name.split('.').next().unwrap());
+        std::fs::create_dir(&case).unwrap();
+        for seg in std::fs::read_dir(&good).unwrap() {
+            let seg = seg.unwrap().path();
+            std::fs::copy(&seg, case.join(seg.file_name().unwrap())).unwrap();
+        }
+        // named to be read first
+        std::fs::write(case.join(format!("a-{name}")), bytes).unwrap();
+        let started = std::time::Instant::now();
+        let v = replay_json(&[case.as_os_str(), "--table".as_ref(), table_path.as_os_str()]);
+        let took = started.elapsed();
+        let rss = v["peak_rss_mb"].as_f64().unwrap();
+        eprintln!("{name} ({} bytes): peak RSS {rss:.1} MiB in {took:?}; read {}", bytes.len(), v["read"]);
+        assert_eq!(v["decisions"], 200, "the good snapshots after it are replayed: {v}");
+        assert_eq!((v["read"]["oversized"].as_u64(), v["read"]["damaged"].as_u64()), (Some(1), Some(0)), "{name}: {v}");
+        assert!(rss < 100.0, "{name}: peak RSS {rss} MiB");
+        assert!(took < Duration::from_secs(60), "{name}: {took:?}");
+    }
+    // the text report says what was skipped and why
+    let out = Command::new(env!("CARGO_BIN_EXE_clef"))
+        .arg("replay")
+        .arg(dir.path().join("window"))
+        .arg("--table")
+        .arg(&table_path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("1 line or frame too large to hold"), "{text}");
+}

@@ -757,3 +757,169 @@ fn a_burst_of_recorded_decisions_gives_its_memory_back() {
     assert!(after <= before + 6 * 1024, "RSS stayed at {after} KiB after the burst (from {before} KiB)");
     assert!(memory <= window, "the recorder kept {memory} bytes when idle");
 }
+
+// ---------------------------------------------------------------------------------------------
+// When the disk refuses: a full file system, a deleted folder
+
+/// A 2 MiB tmpfs mounted on a folder (`None` where mounting is not allowed: not root),
+/// unmounted when dropped: a disk that fills up
+/// for real. Declared before the server, so that the server stops before the unmount.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path) -> Option<Tmpfs> {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+            .arg(at)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A few kilobytes that zstd cannot shrink much: the disk fills after a few hundred snapshots.
+fn noisy_input(seed: u64) -> String {
+    let mut x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+    let noise: String = (0..256)
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            format!("{:016x}", x)
+        })
+        .collect();
+    format!(r#"{{"x": 50, "tier": "gold", "noise": "{noise}"}}"#)
+}
+
+/// The files in `dir` (none when it is gone).
+fn files_in(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut names: Vec<String> = entries.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+fn snapshot_server(dir: tempfile::TempDir) -> common::Server {
+    let cfg = common::config(
+        "",
+        "",
+        "model:\n  default_table: risk\n  watch_file: false\n\
+         snapshots:\n  enabled: true\n  dir: snaps\n  sample_rate: 1.0\n  flush_ms: 100\n",
+    );
+    common::write(dir.path(), "tables/risk.json", common::table("big"));
+    common::Server::launch(dir, move |p| p.fill(&cfg).into_bytes(), |_, _| None)
+}
+
+#[test]
+fn a_full_disk_gets_no_file_per_failed_flush_shows_in_health_and_recovers() {
+    // Before: on a 1 MB tmpfs, every failed flush started a new segment, which stayed empty:
+    // 1,392 files in 10 s, never deleted, until the inodes ran out; /health said ok.
+    let dir = tempfile::tempdir().unwrap();
+    let snaps = dir.path().join("snaps");
+    let tmpfs = Tmpfs::mount(&snaps);
+    // The fault: a filler leaving 64 KiB on the tmpfs (removing it leaves room for the 1 MiB
+    // the writer keeps to retry), else (not root) a file where the folder must be, put there
+    // once the server runs.
+    if tmpfs.is_some() {
+        std::fs::write(snaps.join("filler"), vec![0u8; (2 << 20) - (64 << 10)]).unwrap();
+    }
+    eprintln!("fault: {}", if tmpfs.is_some() { "a full tmpfs" } else { "a file in place of the folder" });
+    let srv = snapshot_server(dir);
+    if tmpfs.is_none() {
+        std::fs::rename(&snaps, srv.path().join("snaps.moved")).unwrap();
+        std::fs::write(&snaps, b"not a folder").unwrap();
+    }
+    let files_before = files_in(&snaps).len();
+    // three seconds of decisions of 4 KB each: 60 flushes that all fail
+    let mut conn = common::Conn::open(srv.port);
+    let started = Instant::now();
+    let mut seed = 0;
+    let mut most_files = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let body = noisy_input(seed);
+        seed += 1;
+        assert_eq!(conn.request("POST", "/decide/risk", &[], body.as_bytes()).status, 200, "decisions go on");
+        most_files = most_files.max(files_in(&snaps).len());
+    }
+    let health = srv.health();
+    eprintln!("after {seed} decisions: {health}; files {:?}", files_in(&snaps));
+    assert!(most_files <= files_before + 2, "failed flushes made files: {:?}", files_in(&snaps));
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert_eq!(health["degraded"], serde_json::json!(["snapshots"]), "{health}");
+    let s = &health["snapshots"];
+    assert_eq!(s["failing"], true, "{health}");
+    assert!(s["since"].is_string() && s["write_errors"].as_u64().unwrap() > 0, "{health}");
+    let error = s["last_error"].as_str().unwrap();
+    let expected = if tmpfs.is_some() { "No space left on device" } else { "not a directory" };
+    assert!(error.to_lowercase().contains(&expected.to_lowercase()), "{error}");
+    assert!(!error.contains(&*srv.path().to_string_lossy()), "a path in /health: {error}");
+    assert_eq!(metric(&srv, "clef_snapshots_failing"), 1.0);
+    // what is kept to retry is bounded (1 MiB); beyond it the oldest is counted as lost
+    assert!(s["retry_bytes"].as_u64().unwrap() <= 1 << 20, "{health}");
+    assert!(s["lost"].as_u64().unwrap() > 0, "3 s of 4 KB decisions are more than 1 MiB: {health}");
+
+    // the disk has room again: what was kept is written, and /health is ok
+    if tmpfs.is_some() {
+        std::fs::remove_file(snaps.join("filler")).unwrap();
+    } else {
+        std::fs::remove_file(&snaps).unwrap();
+    }
+    srv.eventually(5, "the writer to store again", |s| {
+        let h = s.health();
+        h["status"] == "ok" && h["snapshots"]["failing"] == false && h["snapshots"]["retry_bytes"] == 0
+    });
+    assert_eq!(metric(&srv, "clef_snapshots_failing"), 0.0);
+    let recorded = metric(&srv, "clef_snapshots_recorded_total");
+    let lost = metric(&srv, "clef_snapshots_lost_total");
+    let mut srv = srv;
+    srv.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(srv.wait_exit().success());
+    // every snapshot recorded is on disk but those counted as lost (the not-root fault moved
+    // the first segment away with what it held)
+    let mut paths = vec![snaps.clone()];
+    if tmpfs.is_none() {
+        paths.push(srv.path().join("snaps.moved"));
+    }
+    let (lines, stats) = read_all(&paths);
+    eprintln!("recorded {recorded}, lost {lost}, read back {} ({stats:?})", lines.len());
+    assert!(lost < recorded, "something was kept and written again: lost {lost} of {recorded}");
+    assert_eq!(lines.len() as f64, recorded - lost, "{stats:?}");
+    assert_eq!((stats.torn_tails, stats.damaged), (0, 0), "no torn write stayed in a segment");
+    drop(srv);
+    drop(tmpfs);
+}
+
+#[test]
+fn a_snapshot_folder_deleted_while_serving_is_made_again_and_its_loss_counted() {
+    // Before: the writer went on appending to the deleted segment (write_errors 0, lost 0,
+    // /health ok), and nothing reached the folder again.
+    let dir = tempfile::tempdir().unwrap();
+    let srv = snapshot_server(dir);
+    let snaps = srv.path().join("snaps");
+    for i in 0..20 {
+        assert_eq!(srv.post("/decide/risk", &format!(r#"{{"x": {i}}}"#)).status, 200);
+    }
+    srv.eventually(5, "the first 20 snapshots on disk", |_| read_all(std::slice::from_ref(&snaps)).0.len() == 20);
+    std::fs::remove_dir_all(&snaps).unwrap();
+    for i in 0..10 {
+        assert_eq!(srv.post("/decide/risk", &format!(r#"{{"x": {}}}"#, 100 + i)).status, 200);
+    }
+    srv.eventually(5, "the folder made again, with the next 10 snapshots", |_| {
+        snaps.is_dir() && read_all(std::slice::from_ref(&snaps)).0.len() == 10
+    });
+    let health = srv.health();
+    assert_eq!(health["status"], "ok", "recovered: {health}");
+    let s = &health["snapshots"];
+    assert_eq!(s["failing"], false, "{health}");
+    assert!(s["last_error"].as_str().unwrap().contains("deleted"), "{health}");
+    assert!(s["write_errors"].as_u64().unwrap() >= 1, "{health}");
+    assert_eq!(s["lost"], 20, "the 20 snapshots deleted with their segment: {health}");
+    assert_eq!(metric(&srv, "clef_snapshots_folder_recreated_total"), 1.0);
+    assert_eq!(metric(&srv, "clef_snapshots_lost_total"), 20.0);
+}

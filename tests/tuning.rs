@@ -99,10 +99,78 @@ fn tuned_decisions_carry_their_variant_and_feedback_counts_once() {
     feedback(&srv, "01a230b8-dbd5-7137-bffb-a4cb18ebdb45", json!(1)).assert_error(404, "unknown_snapshot");
     feedback(&srv, "not-an-id", json!(1)).assert_error(400, "invalid_snapshot_id");
     feedback(&srv, id, json!("yes")).assert_error(400, "invalid_reward");
-    srv.post("/feedback", "{").assert_error(400, "invalid_feedback");
-    srv.get("/tuning/nope").assert_error(404, "not_tuned");
     // promotion is an admin endpoint
     srv.post("/tuning/pay/promote", "").assert_error(404, "not_found");
+}
+
+#[test]
+fn feedback_and_tuning_errors_have_the_codes_of_the_api() {
+    let text = tuning_config(1.0, "");
+    let srv = Server::start(&text, &[("pay.json", PAY), ("fixed.json", &table("x"))]);
+    wait_tuned(&srv, "pay");
+    // not JSON: invalid_json, with the byte offset; JSON of another shape: invalid_body
+    let m = srv.post("/feedback", "{\"snapshot_id\": \"x\",\n \"reward\": }").assert_error(400, "invalid_json");
+    assert!(m.contains("at byte 32"), "{m}");
+    for shape in [
+        r#"{"snapshot_id": 5, "reward": 1}"#,
+        r#"{"reward": 1}"#,
+        "[1]",
+        r#"{"snapshot_id": "x", "reward": 1, "extra": 0}"#,
+    ] {
+        srv.post("/feedback", shape).assert_error(400, "invalid_body");
+    }
+    // a table that exists but is not tuned, and a name no table has
+    srv.get("/tuning/fixed").assert_error(404, "not_tuned");
+    let m = srv.get("/tuning/no_such_table").assert_error(404, "unknown_table");
+    assert!(m.contains("no_such_table"), "{m}");
+    call(srv.admin, "POST", "/tuning/no_such_table/promote", &[], b"").assert_error(404, "unknown_table");
+    call(srv.admin, "POST", "/tuning/fixed/promote", &[], b"").assert_error(404, "not_tuned");
+    call(srv.admin, "POST", "/tuning/pay/promote", &[], b"{").assert_error(400, "invalid_json");
+    call(srv.admin, "POST", "/tuning/pay/promote", &[], br#"{"variant": 2}"#).assert_error(400, "invalid_body");
+    // a tuned table not loaded (listed, no file) still has its report
+    assert_eq!(srv.get("/tuning/rules").json()["status"], "waiting");
+}
+
+/// The value of an unlabelled metric.
+fn metric(srv: &Server, name: &str) -> f64 {
+    let text = srv.get("/metrics").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+}
+
+#[test]
+fn feedback_beyond_the_cap_forgets_the_oldest_and_is_never_refused() {
+    // Before: ids minted through /decide/{t}/batch filled the 500,000 cap in ~9 s, after which
+    // every /feedback answered 503 feedback_backlog until feedback_ttl_s (24 h) passed.
+    let text = tuning_config(0.5, "  max_feedback_ids: 100\n");
+    let srv = Server::start(&text, &[("pay.json", PAY)]);
+    wait_tuned(&srv, "pay");
+    let batch: String = (0..300).map(|i| format!("{{\"amount\": {i}}}\n")).collect();
+    let r = srv.post("/decide/pay/batch", &batch);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ids: Vec<String> = r
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str::<Json>(l).unwrap()["snapshot_id"].as_str().unwrap().into())
+        .collect();
+    assert_eq!(ids.len(), 300);
+    let mut conn = Conn::open(srv.port);
+    let mut send = |id: &str| {
+        let body = json!({"snapshot_id": id, "reward": 1}).to_string();
+        let r = conn.request("POST", "/feedback", &[], body.as_bytes());
+        assert_eq!(r.status, 200, "feedback is never refused for being too much: {}", r.text());
+        r.json()["counted"].as_bool().unwrap()
+    };
+    for id in &ids {
+        assert!(send(id), "a first feedback counts");
+    }
+    // the newest 100 are held: a repeat of one is not counted again; the oldest were forgotten
+    assert!(!send(&ids[299]) && !send(&ids[200]));
+    assert!(send(&ids[0]), "a repeat of a forgotten id counts again");
+    assert_eq!(metric(&srv, "clef_tuning_feedback_ids"), 100.0);
+    assert_eq!(metric(&srv, "clef_tuning_feedback_ids_forgotten_total"), 201.0);
 }
 
 #[test]

@@ -161,9 +161,10 @@ fn feedback_is_validated_and_counted_once() {
     let e = send(format!(r#"{{"snapshot_id": "{id}", "reward": "good"}}"#)).unwrap_err();
     assert_eq!((e.status(), e.code()), (400, "invalid_reward"));
     let e = send(format!(r#"{{"snapshot_id": "{id}"}}"#)).unwrap_err();
-    assert_eq!((e.status(), e.code()), (400, "invalid_feedback"));
+    assert_eq!((e.status(), e.code()), (400, "invalid_body"));
     let e = send("not json".into()).unwrap_err();
-    assert_eq!((e.status(), e.code()), (400, "invalid_feedback"));
+    assert_eq!((e.status(), e.code()), (400, "invalid_json"));
+    assert!(e.to_string().contains("at byte 1"), "{e}");
     // an id older than feedback_ttl_s
     let now_ms = clef::snapshot::id::unix_ms(std::time::SystemTime::now());
     let old_ms = u128::from(now_ms - 90_000_000);

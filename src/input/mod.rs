@@ -45,6 +45,14 @@ pub enum InputError {
 }
 
 impl InputError {
+    /// serde_json's syntax error in `body` as `invalid_json`, with the byte offset of its line
+    /// and column and its message without them (the offset says where).
+    pub fn from_serde_syntax(body: &[u8], e: &serde_json::Error) -> InputError {
+        let message = e.to_string();
+        let message = message.split(" at line ").next().unwrap_or(&message).to_string();
+        InputError::InvalidJson { offset: byte_offset(body, e.line(), e.column()), message }
+    }
+
     /// The API error code (SPEC §6).
     pub fn code(&self) -> &'static str {
         match self {
@@ -192,6 +200,18 @@ impl Scratch {
     fn new() -> Scratch {
         Scratch { input: Vec::new(), buffers: Buffers::new(4096), tape: Some(Tape::null().reset()) }
     }
+}
+
+/// The byte offset of serde_json's 1-based line and column in `body`.
+fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
+    let mut offset = 0;
+    for (i, l) in body.split_inclusive(|&b| b == b'\n').enumerate() {
+        if i + 1 == line {
+            return offset + column.saturating_sub(1).min(l.len());
+        }
+        offset += l.len();
+    }
+    body.len()
 }
 
 thread_local! {

@@ -635,7 +635,8 @@ fn health(app: &App, rsp: &mut Response) {
     let tables = app.registry.snapshot();
     let draining = app.is_draining();
     let problems = health_problems(app, &tables);
-    let degraded = !problems.is_empty();
+    let others = OtherHealth::of(app, !problems.is_empty());
+    let degraded = !others.degraded.is_empty();
     let status = if draining {
         "draining"
     } else if degraded {
@@ -667,11 +668,86 @@ fn health(app: &App, rsp: &mut Response) {
     }
     let _ = write!(b, "}},\"inflight\":{},\"load\":", app.inflight());
     write_json_float(app.load(), b);
-    if degraded {
+    if !problems.is_empty() {
         b.push_str(",\"errors\":");
         write_string_map(&problems, b);
     }
+    others.write(b);
     b.push('}');
+}
+
+/// What `/health` says besides the tables: which parts are degraded, how snapshots are being
+/// stored, and the state files that failed their checks. Nothing in it names a path (the
+/// decision listener serves it too).
+struct OtherHealth {
+    /// `tables`, `snapshots`, then the subsystems whose state files failed
+    degraded: Vec<&'static str>,
+    /// the recorder's health and figures, once it has failed at all
+    snapshots: Option<(crate::snapshot::writer::Health, crate::snapshot::Stats)>,
+    /// subsystem → item → why its state file was not used, and what was
+    state: std::collections::BTreeMap<&'static str, std::collections::BTreeMap<String, String>>,
+}
+
+impl OtherHealth {
+    fn of(app: &App, tables_failing: bool) -> OtherHealth {
+        let mut degraded = Vec::new();
+        if tables_failing {
+            degraded.push("tables");
+        }
+        let snapshots =
+            app.stages.recorder.as_ref().map(|r| (r.health(), r.stats())).filter(|(h, _)| h.last_error.is_some());
+        if snapshots.as_ref().is_some_and(|(h, _)| h.failing_since.is_some()) {
+            degraded.push("snapshots");
+        }
+        let state = crate::state_file::problems();
+        degraded.extend(state.keys().copied());
+        OtherHealth { degraded, snapshots, state }
+    }
+
+    /// `,"degraded":[…]`, `,"snapshots":{…}` and a key per subsystem with state problems.
+    fn write(&self, b: &mut String) {
+        if !self.degraded.is_empty() {
+            b.push_str(",\"degraded\":[");
+            for (i, d) in self.degraded.iter().enumerate() {
+                if i > 0 {
+                    b.push(',');
+                }
+                write_json_string(d, b);
+            }
+            b.push(']');
+        }
+        if let Some((h, stats)) = &self.snapshots {
+            let _ = write!(b, ",\"snapshots\":{{\"failing\":{}", h.failing_since.is_some());
+            b.push_str(",\"since\":");
+            match h.failing_since {
+                Some(t) => {
+                    b.push('"');
+                    write_timestamp(t, b);
+                    b.push('"');
+                }
+                None => b.push_str("null"),
+            }
+            if let Some((at, message)) = &h.last_error {
+                b.push_str(",\"last_error\":");
+                write_json_string(message, b);
+                b.push_str(",\"last_error_at\":\"");
+                write_timestamp(*at, b);
+                b.push('"');
+            }
+            let _ = write!(
+                b,
+                ",\"write_errors\":{},\"lost\":{},\"retry_bytes\":{}}}",
+                stats.write_errors, stats.lost, stats.retry_bytes
+            );
+        }
+        for (subsystem, items) in &self.state {
+            b.push(',');
+            write_json_string(subsystem, b);
+            b.push(':');
+            let pairs: Vec<(String, String)> = items.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            write_string_map(&pairs, b);
+        }
+    }
 }
 
 /// `GET /metrics`: encoded table by table into the answer as the client reads it.
@@ -690,9 +766,16 @@ fn metrics_text<'a>(app: &'a App, req: &Request<'_>, rsp: &mut Response<'a>) {
             written_bytes: s.bytes_written,
             write_errors: s.write_errors,
             lost: s.lost,
+            retry_bytes: s.retry_bytes,
+            failing: u64::from(r.health().failing_since.is_some()),
+            folder_recreated: s.folder_recreated,
             disk_bytes: s.disk_bytes,
             segments: s.segments,
         }
+    });
+    let tuning = app.stages.tuner.as_ref().map(|t| {
+        let (held, forgotten) = t.feedback_ids();
+        metrics::TuningFigures { feedback_ids: held as u64, feedback_ids_forgotten: forgotten }
     });
     let format = metrics::Format::from_accept(req.header("accept").and_then(|a| std::str::from_utf8(a).ok()));
     rsp.content_type = format.content_type();
@@ -704,6 +787,8 @@ fn metrics_text<'a>(app: &'a App, req: &Request<'_>, rsp: &mut Response<'a>) {
             open_connections: app.open_connections() as u64,
             request_memory: app.request_memory_held() as u64,
             snapshots,
+            tuning,
+            state_files_failing: crate::state_file::failing_count() as u64,
             shadows: &shadows,
             router: &router,
         };

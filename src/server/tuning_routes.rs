@@ -3,6 +3,7 @@
 
 use super::http::Response;
 use super::App;
+use crate::decide::unknown_table;
 
 const TUNING_OFF: &str = "tuning is off: list tables in tuning.tables (config.yaml) to tune their parameters";
 
@@ -15,9 +16,25 @@ pub(super) fn feedback(app: &App, body: &[u8], rsp: &mut Response) {
     }
 }
 
+/// Answers 404 `unknown_table` when `name` is neither a table nor listed in `tuning.tables`
+/// (a listed table not loaded yet has a report that says so); whether it answered.
+fn refused_unknown(app: &App, name: &str, rsp: &mut Response) -> bool {
+    let listed = app.stages.tuner.as_ref().is_some_and(|t| t.table_names().any(|n| n == name));
+    let tables = app.registry.snapshot();
+    if listed || tables.get(name).is_some() {
+        return false;
+    }
+    let refusal = unknown_table(&tables, name);
+    rsp.error(refusal.status(), refusal.code(), &refusal.to_string());
+    true
+}
+
 /// `GET /tuning/{table}`: the baseline's and every variant's params, samples, mean reward,
 /// probability of beating the baseline, and readiness.
 pub(super) fn report(app: &App, name: &str, rsp: &mut Response) {
+    if refused_unknown(app, name, rsp) {
+        return;
+    }
     let Some(tuner) = &app.stages.tuner else { return rsp.error(404, "not_tuned", TUNING_OFF) };
     match tuner.report(name) {
         Some(report) => rsp.body = report,
@@ -35,6 +52,9 @@ pub(super) fn report(app: &App, name: &str, rsp: &mut Response) {
 /// `POST /tuning/{table}/promote` (admin), body empty or `{"variant": "v2"}`: the variant's
 /// values become the table's (an overlay in `state_dir`), and the table is loaded again.
 pub(super) fn promote(app: &App, name: &str, body: &[u8], rsp: &mut Response) {
+    if refused_unknown(app, name, rsp) {
+        return;
+    }
     let Some(tuner) = &app.stages.tuner else { return rsp.error(404, "not_tuned", TUNING_OFF) };
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -46,12 +66,16 @@ pub(super) fn promote(app: &App, name: &str, body: &[u8], rsp: &mut Response) {
     } else {
         match serde_json::from_slice::<Body>(body) {
             Ok(b) => b.variant,
-            Err(e) => {
+            Err(e) if e.classify() == serde_json::error::Category::Data => {
                 return rsp.error(
                     400,
                     "invalid_body",
                     &format!("{e}; send nothing (the ready variant) or {{\"variant\": \"v2\"}}"),
                 )
+            }
+            Err(e) => {
+                let e = crate::input::InputError::from_serde_syntax(body, &e);
+                return rsp.error(e.status(), e.code(), &e.to_string());
             }
         }
     };

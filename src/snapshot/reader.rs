@@ -4,8 +4,16 @@
 //! Whatever a crash left behind is skipped and counted, never fatal: in a plain segment, a last
 //! line without its `\n`; in a zstd segment, a last frame that is incomplete (or whose checksum
 //! fails): its lines are not used at all, and everything before it is. A damaged frame in the
-//! middle of a file (which clef itself never leaves: it starts a new segment after a failed
-//! write) is skipped up to the next frame's magic number.
+//! middle of a file (which clef leaves only when it cannot cut a failed write off its segment)
+//! is skipped up to the next frame's magic number.
+//!
+//! Memory is bounded whatever the files hold, so that a hostile file (a zstd bomb: a few KB
+//! that decode to gigabytes) costs no more than a big honest one: a line or a decoded frame is
+//! held up to [`MAX_LINE`] (beyond, it is skipped and counted), a frame whose header declares
+//! more than that is skipped without being decoded, the decoder's window is at most
+//! 2^[`MAX_WINDOW_LOG`] bytes (clef's own frames need 512 KiB; `zstd -19` 8 MiB; frames that
+//! ask for more, as `zstd --ultra` or `--long` make, are skipped and counted), and buffers grown
+//! for a large line shrink back after it.
 // This file is being changed on other branches, so its proofs are stated here rather than written
 // into each line: every range lies within the buffer, checked by the test beside it.
 #![allow(clippy::indexing_slicing)]
@@ -15,14 +23,20 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use zstd::zstd_safe::{DCtx, InBuffer, OutBuffer, ResetDirective};
+use zstd::zstd_safe::{DCtx, DParameter, InBuffer, OutBuffer, ResetDirective};
 
 /// The first bytes of a zstd frame.
 pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 /// Bytes read from a file at a time.
 const CHUNK: usize = 256 << 10;
-/// The longest line (or decoded zstd frame) a reader holds; longer ones are skipped.
+/// The most bytes of one line (or decoded zstd frame) a reader holds; longer ones are skipped.
+/// A snapshot holds its input whole, and `server.max_body_bytes` may be up to 64 MiB.
 pub const MAX_LINE: usize = 64 << 20;
+/// The largest zstd window the decoder accepts, as a power of two (8 MiB).
+pub const MAX_WINDOW_LOG: u32 = 23;
+/// A buffer grown beyond this for one large line or frame is given back after it.
+const KEEP_CAPACITY: usize = 4 * CHUNK;
+const _: () = assert!(CHUNK < KEEP_CAPACITY && KEEP_CAPACITY < MAX_LINE);
 
 /// What a reader met besides complete lines.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -35,8 +49,11 @@ pub struct ReadStats {
     pub torn_tails: u64,
     /// bytes of those torn tails
     pub torn_bytes: u64,
-    /// damaged zstd frames or over-long lines in the middle of a file (skipped)
+    /// damaged zstd frames in the middle of a file (skipped)
     pub damaged: u64,
+    /// lines and zstd frames beyond what a reader holds (skipped): longer than [`MAX_LINE`],
+    /// or a frame that needs a window larger than 2^[`MAX_WINDOW_LOG`] bytes
+    pub oversized: u64,
     /// files that could not be read, with why
     pub unreadable: Vec<(PathBuf, String)>,
 }
@@ -96,6 +113,8 @@ pub struct SnapshotReader {
     /// plain: the read buffer; zstd: the decoded frame. Lines are served from `pos`.
     data: Vec<u8>,
     pos: usize,
+    /// `data[pos..scan]` holds no newline: a long line is searched once, not at every read
+    scan: usize,
     stats: ReadStats,
 }
 
@@ -107,7 +126,14 @@ impl SnapshotReader {
 
     /// A reader of exactly these files, in this order.
     pub fn of_files(files: Vec<PathBuf>) -> SnapshotReader {
-        SnapshotReader { files: files.into(), cur: None, data: Vec::new(), pos: 0, stats: ReadStats::default() }
+        SnapshotReader {
+            files: files.into(),
+            cur: None,
+            data: Vec::new(),
+            pos: 0,
+            scan: 0,
+            stats: ReadStats::default(),
+        }
     }
 
     /// What was met so far.
@@ -133,6 +159,7 @@ impl SnapshotReader {
             if !more {
                 self.cur = None;
                 self.data.clear();
+                self.scan = 0;
                 self.pos = 0;
             }
         }
@@ -142,6 +169,7 @@ impl SnapshotReader {
     fn open_next(&mut self) -> Option<bool> {
         let path = self.files.pop_front()?;
         self.data.clear();
+        self.scan = 0;
         self.pos = 0;
         let mut file = match crate::files::open_regular(&path) {
             Ok(f) => f,
@@ -156,7 +184,17 @@ impl SnapshotReader {
             self.stats.unreadable.push((path, e.to_string()));
             return Some(false);
         }
-        let kind = if head.starts_with(&ZSTD_MAGIC) { Kind::Zstd(Box::new(DCtx::create())) } else { Kind::Plain };
+        let kind = if head.starts_with(&ZSTD_MAGIC) {
+            let mut dctx = DCtx::create();
+            if let Err(code) = dctx.set_parameter(DParameter::WindowLogMax(MAX_WINDOW_LOG)) {
+                let why = zstd::zstd_safe::get_error_name(code);
+                self.stats.unreadable.push((path, format!("cannot bound the zstd decoder's memory: {why}")));
+                return Some(false);
+            }
+            Kind::Zstd(Box::new(dctx))
+        } else {
+            Kind::Plain
+        };
         let eof = head.len() < CHUNK;
         let mut cur = Current {
             file,
@@ -180,10 +218,14 @@ impl SnapshotReader {
     /// The next line within `data` from `pos`, as a range.
     fn line_in_data(&mut self) -> Option<(usize, usize)> {
         loop {
-            let rest = &self.data[self.pos..];
-            let i = memchr::memchr(b'\n', rest)?;
-            let (a, b) = (self.pos, self.pos + i);
+            let from = self.scan.max(self.pos).min(self.data.len());
+            let Some(i) = memchr::memchr(b'\n', &self.data[from..]) else {
+                self.scan = self.data.len();
+                return None;
+            };
+            let (a, b) = (self.pos, from + i);
             self.pos = b + 1;
+            self.scan = self.pos;
             let skipping = self.cur.as_mut().is_some_and(|c| std::mem::take(&mut c.skipping));
             if skipping || self.data[a..b].trim_ascii().is_empty() {
                 continue;
@@ -197,15 +239,20 @@ impl SnapshotReader {
         let Some(cur) = self.cur.as_mut() else { return false };
         if self.pos > 0 {
             self.data.drain(..self.pos);
+            self.scan = self.scan.saturating_sub(self.pos);
             self.pos = 0;
         }
-        if self.data.len() > MAX_LINE {
+        if self.data.len() >= MAX_LINE {
             // an over-long line: drop what we have of it and skip to its end
             if !cur.skipping {
-                self.stats.damaged += 1;
+                self.stats.oversized += 1;
             }
             cur.skipping = true;
             self.data.clear();
+            self.scan = 0;
+        }
+        if self.data.capacity() > KEEP_CAPACITY && self.data.len() < CHUNK {
+            self.data.shrink_to(CHUNK);
         }
         if cur.eof {
             let tail = &self.data[..];
@@ -232,7 +279,12 @@ impl SnapshotReader {
         let Some(cur) = self.cur.as_mut() else { return false };
         let Kind::Zstd(dctx) = &mut cur.kind else { return false };
         self.data.clear();
+        self.scan = 0;
         self.pos = 0;
+        if self.data.capacity() > KEEP_CAPACITY {
+            self.data = Vec::new();
+            self.scan = 0;
+        }
         loop {
             if cur.in_pos == cur.input.len() {
                 if cur.eof {
@@ -241,6 +293,7 @@ impl SnapshotReader {
                         self.stats.torn_bytes += cur.frame_bytes_in;
                     }
                     self.data.clear();
+                    self.scan = 0;
                     return false;
                 }
                 cur.input.clear();
@@ -280,16 +333,24 @@ impl SnapshotReader {
                 }
                 continue;
             }
-            if self.data.len() > MAX_LINE {
-                self.stats.damaged += 1;
-                self.data.clear();
+            // A frame that says it decodes to more than a reader holds is skipped unread; one
+            // that does not say is cut off once it has.
+            let declared_too_big = cur.frame_bytes_in == 0
+                && matches!(
+                    zstd::zstd_safe::get_frame_content_size(&cur.input[cur.in_pos..]),
+                    Ok(Some(n)) if n > MAX_LINE as u64
+                );
+            if declared_too_big || self.data.len() >= MAX_LINE {
+                self.stats.oversized += 1;
+                self.data = Vec::new();
+                self.scan = 0;
                 let _ = dctx.reset(ResetDirective::SessionOnly);
                 cur.frame_bytes_in = 0;
                 cur.in_pos += 1;
                 cur.resync = true;
                 continue;
             }
-            self.data.reserve(CHUNK);
+            reserve_capped(&mut self.data, CHUNK);
             let before = cur.in_pos;
             let mut input = InBuffer::around(&cur.input[cur.in_pos..]);
             let filled = self.data.len();
@@ -301,6 +362,13 @@ impl SnapshotReader {
             match result {
                 Ok(0) => {
                     cur.frame_bytes_in = 0;
+                    if self.data.last().is_some_and(|&b| b != b'\n') && self.data.len() >= MAX_LINE {
+                        // a full buffer whose line goes on: beyond what a reader holds
+                        self.stats.oversized += 1;
+                        self.data = Vec::new();
+                        self.scan = 0;
+                        continue;
+                    }
                     if !self.data.is_empty() {
                         if self.data.last() != Some(&b'\n') {
                             // a frame clef wrote always ends a line; keep what is whole
@@ -310,9 +378,15 @@ impl SnapshotReader {
                     }
                 }
                 Ok(_) => {}
-                Err(_) => {
-                    self.stats.damaged += 1;
-                    self.data.clear();
+                Err(code) => {
+                    if zstd::zstd_safe::get_error_name(code).contains("memory") {
+                        // "Frame requires too much memory for decoding": a window beyond the bound
+                        self.stats.oversized += 1;
+                    } else {
+                        self.stats.damaged += 1;
+                    }
+                    self.data = Vec::new();
+                    self.scan = 0;
                     let _ = dctx.reset(ResetDirective::SessionOnly);
                     cur.frame_bytes_in = 0;
                     cur.resync = true;
@@ -325,10 +399,26 @@ impl SnapshotReader {
     }
 }
 
+/// Makes room for up to `more` bytes in `buf`, never beyond [`MAX_LINE`] in all (the caller
+/// skips a line or frame that reaches it); how many. Past [`KEEP_CAPACITY`] it reserves
+/// [`MAX_LINE`] at once: the pages of a large allocation cost nothing until written, while
+/// growing by copies would hold the old buffer and the new one at the same time (twice the
+/// largest line in resident memory).
+fn reserve_capped(buf: &mut Vec<u8>, more: usize) -> usize {
+    let more = more.min(MAX_LINE.saturating_sub(buf.len()));
+    let need = buf.len() + more;
+    if need > buf.capacity() {
+        let target = if need > KEEP_CAPACITY { MAX_LINE } else { (buf.capacity() * 2).clamp(need, KEEP_CAPACITY) };
+        buf.reserve_exact(target - buf.len());
+    }
+    more
+}
+
 /// Appends up to [`CHUNK`] bytes of `file` to `buf`; how many.
 fn read_chunk(file: &mut File, buf: &mut Vec<u8>) -> io::Result<usize> {
     let old = buf.len();
-    buf.resize(old + CHUNK, 0);
+    let room = reserve_capped(buf, CHUNK);
+    buf.resize(old + room, 0);
     loop {
         match file.read(&mut buf[old..]) {
             Ok(n) => {

@@ -567,6 +567,7 @@ impl Report {
                 "torn_tails": self.read.torn_tails,
                 "torn_bytes": self.read.torn_bytes,
                 "damaged": self.read.damaged,
+                "oversized": self.read.oversized,
                 "unreadable": self.read.unreadable.iter().map(|(p, e)| format!("{}: {e}", p.display())).collect::<Vec<_>>(),
                 "seconds": round6(self.wall.as_secs_f64()),
                 "per_second": self.per_second().round(),
@@ -601,7 +602,17 @@ impl Report {
             skipped.push(format!("{} torn tail{} ({} bytes)", r.torn_tails, plural(r.torn_tails), r.torn_bytes));
         }
         if r.damaged > 0 {
-            skipped.push(format!("{} damaged frame{} or line{}", r.damaged, plural(r.damaged), plural(r.damaged)));
+            skipped.push(format!("{} damaged frame{}", r.damaged, plural(r.damaged)));
+        }
+        if r.oversized > 0 {
+            skipped.push(format!(
+                "{} line{} or frame{} too large to hold (over {} MiB, or a zstd window over {} MiB)",
+                r.oversized,
+                plural(r.oversized),
+                plural(r.oversized),
+                super::reader::MAX_LINE >> 20,
+                (1usize << super::reader::MAX_WINDOW_LOG) >> 20
+            ));
         }
         if !skipped.is_empty() {
             let _ = writeln!(o, "skipped: {}", skipped.join(", "));
@@ -819,10 +830,21 @@ fn thread_cpu_ns() -> u64 {
     }
 }
 
-/// The process's peak resident memory, in bytes.
+/// The process's peak resident memory, in bytes: `VmHWM` of `/proc/self/status`. (Not
+/// `getrusage`'s `ru_maxrss`: Linux carries it across `exec`, so a replay started by a large
+/// process reported that process's peak as its own.)
 pub fn peak_rss_bytes() -> u64 {
-    use nix::sys::resource::{getrusage, UsageWho};
-    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u.max_rss().max(0) as u64 * 1024)
+    let hwm = std::fs::read_to_string("/proc/self/status").ok().and_then(|status| {
+        let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+        kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+    });
+    match hwm {
+        Some(kib) => kib * 1024,
+        None => {
+            use nix::sys::resource::{getrusage, UsageWho};
+            getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u.max_rss().max(0) as u64 * 1024)
+        }
+    }
 }
 
 /// The cost of reading the clock twice, subtracted from each timed decision.

@@ -78,6 +78,9 @@ pub struct Settings {
     pub trim_interval: Duration,
     /// zstd compression level
     pub zstd_level: i32,
+    /// the most written-but-not-stored snapshot data (compressed frames) kept to retry while
+    /// the disk refuses it; beyond it the oldest is given up and counted as lost
+    pub retry_bytes: usize,
 }
 
 impl Default for Settings {
@@ -92,6 +95,7 @@ impl Default for Settings {
             retention_interval: Duration::from_secs(60),
             trim_interval: Duration::from_secs(1),
             zstd_level: 1,
+            retry_bytes: 1 << 20,
         }
     }
 }
@@ -148,14 +152,30 @@ pub struct Stats {
     pub segments_deleted: u64,
     /// failed writes, syncs, opens and deletes
     pub write_errors: u64,
-    /// snapshots lost to failed writes
+    /// snapshots lost to failed writes (given up after retrying), or whose segment was deleted
+    /// while it was being written
     pub lost: u64,
+    /// snapshot data (compressed) the disk refused, kept to be written again
+    pub retry_bytes: u64,
+    /// times the snapshots folder was found missing and made again
+    pub folder_recreated: u64,
     /// bytes the segments take on disk now (as of the last retention run, plus writes since)
     pub disk_bytes: u64,
     /// segment files in the folder now (likewise)
     pub segments: u64,
     /// memory held by the recent window, in bytes
     pub recent_bytes: u64,
+}
+
+/// Whether the recorder can store what it records, for `GET /health`: the disk refusing
+/// snapshots must show where an operator looks, not only in the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Health {
+    /// since when the writer cannot store snapshots (its last attempt failed); `None` while it can
+    pub failing_since: Option<SystemTime>,
+    /// the last failure, and when it happened; kept after the writer recovers. The message
+    /// names no path (it is shown on the decision listener).
+    pub last_error: Option<(SystemTime, String)>,
 }
 
 /// A handle on the recorder: cheap to clone into every worker. The writer stops (after a last
@@ -292,8 +312,12 @@ struct WriterCounters {
     segments_deleted: AtomicU64,
     write_errors: AtomicU64,
     lost: AtomicU64,
+    retry_bytes: AtomicU64,
+    folder_recreated: AtomicU64,
     disk_bytes: AtomicU64,
     segments: AtomicU64,
+    /// what [`Recorder::health`] answers; written by the writer on each failure and recovery
+    health: Mutex<Health>,
 }
 
 /// One chunk as it was written: a zstd frame, or the plain lines.
@@ -496,6 +520,11 @@ impl Recorder {
             .or_else(search_recent)
     }
 
+    /// Whether snapshots reach the disk now, and the last failure (see [`Health`]).
+    pub fn health(&self) -> Health {
+        self.handle.shared.w.health.lock().clone()
+    }
+
     /// The recorder's figures.
     pub fn stats(&self) -> Stats {
         let s = &*self.handle.shared;
@@ -515,6 +544,8 @@ impl Recorder {
         out.segments_deleted = w.segments_deleted.load(Relaxed);
         out.write_errors = w.write_errors.load(Relaxed);
         out.lost = w.lost.load(Relaxed);
+        out.retry_bytes = w.retry_bytes.load(Relaxed);
+        out.folder_recreated = w.folder_recreated.load(Relaxed);
         out.disk_bytes = w.disk_bytes.load(Relaxed);
         out.segments = w.segments.load(Relaxed);
         out.recent_bytes = s.recent.lock().bytes as u64;
@@ -628,9 +659,20 @@ struct OpenSegment {
     file: File,
     path: PathBuf,
     bytes: u64,
+    /// snapshot lines in it
+    lines: u64,
     opened: Instant,
     /// written since the last sync
     dirty: bool,
+}
+
+/// A frame made from a chunk, waiting to be stored (the disk may have refused it).
+struct Pending {
+    frame: Frame,
+    /// snapshot lines in it
+    lines: u64,
+    /// their bytes before compression
+    raw: usize,
 }
 
 struct Writer {
@@ -647,6 +689,17 @@ struct Writer {
     frame_out: Vec<u8>,
     /// chunks taken from each stripe since the last trim (how many spares it needs)
     taken: Vec<usize>,
+    /// frames not stored yet, per stream, oldest first: the batch being written, and while the
+    /// disk refuses them, every batch since (at most `Settings::retry_bytes`)
+    pending: [VecDeque<Pending>; 2],
+    /// bytes of the frames in `pending`
+    pending_bytes: usize,
+    /// the last store failed and none has succeeded since
+    failing: bool,
+    /// when a store was last tried: while failing, at most one try per tick
+    last_store: Instant,
+    /// half of `flush_ms`: how often the writer takes the chunks being filled
+    tick: Duration,
     last_take_all: Instant,
     last_trim: Instant,
     /// whether the last trim found the recorder busy (a burst's end asks for a full release)
@@ -674,6 +727,11 @@ impl Writer {
             next_seq,
             frame_out: Vec::new(),
             taken: vec![0; s.stripes.len()],
+            pending: [VecDeque::new(), VecDeque::new()],
+            pending_bytes: 0,
+            failing: false,
+            last_store: Instant::now(),
+            tick: Duration::from_millis((s.config.flush_ms / 2).max(1)),
             last_take_all: Instant::now(),
             last_trim: Instant::now(),
             was_busy: false,
@@ -686,7 +744,7 @@ impl Writer {
     }
 
     fn run(mut self) {
-        let tick = Duration::from_millis((self.s.config.flush_ms / 2).max(1));
+        let tick = self.tick;
         loop {
             let stopping = self.s.stopped.load(SeqCst);
             let asked = self.s.flush_asked.load(SeqCst);
@@ -697,6 +755,9 @@ impl Writer {
                 self.last_take_all = Instant::now();
             }
             self.write_queued(take_all);
+            if stopping || (self.pending_bytes > 0 && self.store_due()) {
+                self.store_all();
+            }
             let now = Instant::now();
             if asked > self.flushes_done
                 || stopping
@@ -720,6 +781,7 @@ impl Writer {
                 self.retention();
             }
             if stopping {
+                self.give_up_pending();
                 for i in 0..2 {
                     self.close(i);
                 }
@@ -807,20 +869,15 @@ impl Writer {
         self.was_busy = busy;
     }
 
+    /// Makes the chunks' frames, puts them in the recent window, and stores them with whatever
+    /// the disk refused before (unless a failed store was tried less than a tick ago).
     fn write_stream(&mut self, stream: Stream, chunks: &[&Chunk]) {
         let i = stream as usize;
-        let lines: u64 = chunks.iter().map(|c| memchr::memchr_iter(b'\n', c.bytes()).count() as u64).sum();
-        let raw: usize = chunks.iter().map(|c| c.len).sum();
-        if self.open[i].is_none() {
-            if let Err(e) = self.open_segment(stream) {
-                self.failed("open a segment in", &e, lines);
-                return;
-            }
-        }
         let frames = match self.frames(chunks) {
             Ok(frames) => frames,
             Err(e) => {
-                self.failed("compress snapshots for", &e, lines);
+                let lines = chunks.iter().map(|c| count_lines(c.bytes())).sum();
+                self.failed("compress snapshots", &e, lines);
                 return;
             }
         };
@@ -840,32 +897,176 @@ impl Writer {
             }
         }
         drop(evicted);
+        for (frame, chunk) in frames.into_iter().zip(chunks) {
+            self.pending_bytes += frame.data.len();
+            self.pending[i].push_back(Pending { frame, lines: count_lines(chunk.bytes()), raw: chunk.len });
+        }
+        if self.store_due() {
+            self.store(stream);
+        }
+        self.bound_pending();
+    }
+
+    /// Whether to try storing now: always while stores succeed; once a tick after a failure.
+    fn store_due(&self) -> bool {
+        !self.failing || self.last_store.elapsed() >= self.tick
+    }
+
+    fn store_all(&mut self) {
+        for stream in [Stream::Ordinary, Stream::Keep] {
+            self.store(stream);
+        }
+        self.bound_pending();
+    }
+
+    /// Writes the stream's pending frames to its segment (opened if needed) in one write. What
+    /// a failed write left of a frame is cut off the segment, which stays open: the next try
+    /// follows its last whole frame in the same file. (Starting a new segment after each
+    /// failure spent one empty file per flush on a full disk, until the inodes ran out.)
+    fn store(&mut self, stream: Stream) {
+        let i = stream as usize;
+        if self.pending[i].is_empty() {
+            return;
+        }
+        self.last_store = Instant::now();
+        self.check_open(i);
+        if self.open[i].is_none() {
+            if let Err(e) = self.open_segment(stream) {
+                return self.failed_to_store("open a new segment", &e);
+            }
+        }
         let seg = self.open[i].as_mut().expect("opened above");
-        let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(&f.data)).collect();
-        let written: usize = frames.iter().map(|f| f.data.len()).sum();
-        match write_all_vectored(&mut seg.file, &mut slices) {
+        let mut slices: Vec<IoSlice<'_>> = self.pending[i].iter().map(|p| IoSlice::new(&p.frame.data)).collect();
+        let (reached, result) = write_all_vectored(&mut seg.file, &mut slices);
+        // The frames that reached the file whole are stored, even when the write failed after
+        // them (a disk with a little room takes what fits).
+        let (mut whole, mut frames, mut lines, mut raw) = (0, 0, 0, 0);
+        for p in &self.pending[i] {
+            if whole + p.frame.data.len() > reached {
+                break;
+            }
+            whole += p.frame.data.len();
+            frames += 1;
+            lines += p.lines;
+            raw += p.raw;
+        }
+        self.pending[i].drain(..frames);
+        self.pending_bytes -= whole;
+        seg.bytes += whole as u64;
+        seg.lines += lines;
+        seg.dirty |= whole > 0;
+        let full = seg.bytes >= self.segment_bytes;
+        let cut = if result.is_err() { seg.file.set_len(seg.bytes) } else { Ok(()) };
+        let w = &self.s.w;
+        w.bytes_in.fetch_add(raw as u64, Relaxed);
+        w.bytes_written.fetch_add(whole as u64, Relaxed);
+        w.batches.fetch_add(u64::from(frames > 0), Relaxed);
+        w.disk_bytes.fetch_add(whole as u64, Relaxed);
+        w.retry_bytes.store(self.pending_bytes as u64, Relaxed);
+        match result {
             Ok(()) => {
-                seg.bytes += written as u64;
-                seg.dirty = true;
-                let w = &self.s.w;
-                w.bytes_in.fetch_add(raw as u64, Relaxed);
-                w.bytes_written.fetch_add(written as u64, Relaxed);
-                w.batches.fetch_add(1, Relaxed);
-                w.disk_bytes.fetch_add(written as u64, Relaxed);
-                if seg.bytes >= self.segment_bytes {
+                self.recovered();
+                if full {
                     self.close(i);
                     self.retention();
                 }
             }
             Err(e) => {
-                // What reached the file of this batch is a torn tail: the next batch starts a
-                // new segment rather than follow it.
-                self.failed("write to", &e, lines);
-                if let Some(seg) = self.open[i].take() {
-                    let _ = seg.file.sync_data();
+                self.failed_to_store("write a segment", &e);
+                if let Err(e) = cut {
+                    // the torn tail stays: the next try starts a new segment rather than follow it
+                    self.failed("cut a failed write off its segment", &e, 0);
+                    self.abandon(i);
                 }
             }
         }
+    }
+
+    /// Gives up the oldest pending frames (counted as lost) while they take more than
+    /// `Settings::retry_bytes`.
+    fn bound_pending(&mut self) {
+        let mut lost = 0;
+        while self.pending_bytes > self.s.settings.retry_bytes {
+            let older = |p: &VecDeque<Pending>| p.front().map_or(u64::MAX, |f| f.frame.first_ms);
+            let i = if older(&self.pending[0]) <= older(&self.pending[1]) { 0 } else { 1 };
+            let Some(old) = self.pending[i].pop_front() else { break };
+            self.pending_bytes -= old.frame.data.len();
+            lost += old.lines;
+        }
+        self.s.w.lost.fetch_add(lost, Relaxed);
+        self.s.w.retry_bytes.store(self.pending_bytes as u64, Relaxed);
+    }
+
+    /// At shutdown: what is still pending after the last try is lost.
+    fn give_up_pending(&mut self) {
+        let lost: u64 = self.pending.iter().flatten().map(|p| p.lines).sum();
+        if lost > 0 {
+            log::warn!("snapshots: {lost} snapshots the disk refused are lost at shutdown");
+        }
+        self.pending = [VecDeque::new(), VecDeque::new()];
+        self.pending_bytes = 0;
+        self.s.w.lost.fetch_add(lost, Relaxed);
+        self.s.w.retry_bytes.store(0, Relaxed);
+    }
+
+    /// Drops the open segment of stream `i` if it is no longer the file at its path: deleted
+    /// (with its folder, say: its snapshots are gone and counted as lost) or moved away.
+    /// Otherwise the writer would go on filling a file nobody can read.
+    fn check_open(&mut self, i: usize) {
+        use std::os::unix::fs::MetadataExt;
+        let Some(seg) = &self.open[i] else { return };
+        let (open, at_path) = (seg.file.metadata(), std::fs::metadata(&seg.path));
+        let same = match (&open, &at_path) {
+            (Ok(o), Ok(p)) => o.dev() == p.dev() && o.ino() == p.ino(),
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        let deleted = open.as_ref().is_ok_and(|o| o.nlink() == 0);
+        let Some(seg) = self.open[i].take() else { return };
+        self.segment_gone();
+        if deleted {
+            let e = io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("it was deleted while open, with the {} snapshots it held", seg.lines),
+            );
+            self.failed("keep writing a segment", &e, seg.lines);
+        } else {
+            log::warn!("snapshots: {} was moved away while open; starting a new segment", seg.path.display());
+        }
+        if let Err(e) = self.ensure_folder() {
+            self.failed_to_store("make the snapshots folder again", &e);
+        }
+    }
+
+    /// Makes the snapshots folder again if it is gone (deleted while serving).
+    fn ensure_folder(&mut self) -> io::Result<()> {
+        match std::fs::metadata(&self.s.dir) {
+            Ok(m) if m.is_dir() => return Ok(()),
+            Ok(_) => return Err(io::Error::new(io::ErrorKind::AlreadyExists, "its path is taken by a file")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        std::fs::create_dir_all(&self.s.dir)?;
+        self.s.w.folder_recreated.fetch_add(1, Relaxed);
+        log::warn!("snapshots: the folder {} was gone; made it again", self.s.dir.display());
+        Ok(())
+    }
+
+    /// Closes stream `i`'s segment after a failure it cannot follow; an empty one is removed,
+    /// so that failures never leave empty files behind.
+    fn abandon(&mut self, i: usize) {
+        let Some(seg) = self.open[i].take() else { return };
+        let _ = seg.file.sync_data();
+        if seg.bytes == 0 && std::fs::remove_file(&seg.path).is_ok() {
+            self.segment_gone();
+        }
+    }
+
+    /// One segment fewer in the folder (saturating: retention may have counted it gone already).
+    fn segment_gone(&self) {
+        let _ = self.s.w.segments.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
     }
 
     /// Each chunk as it goes to the file: a zstd frame of its lines, or the lines themselves.
@@ -897,6 +1098,7 @@ impl Writer {
 
     fn open_segment(&mut self, stream: Stream) -> io::Result<()> {
         let zstd = self.zstd_level.is_some();
+        let mut retried = false;
         for _ in 0..1000 {
             let seq = self.next_seq;
             self.next_seq += 1;
@@ -906,10 +1108,16 @@ impl Writer {
                     self.s.w.segments_opened.fetch_add(1, Relaxed);
                     self.s.w.segments.fetch_add(1, Relaxed);
                     self.open[stream as usize] =
-                        Some(OpenSegment { file, path, bytes: 0, opened: Instant::now(), dirty: false });
+                        Some(OpenSegment { file, path, bytes: 0, lines: 0, opened: Instant::now(), dirty: false });
                     return Ok(());
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                // the folder was deleted while serving: made again, and this name tried again
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !retried => {
+                    retried = true;
+                    self.next_seq -= 1;
+                    self.ensure_folder()?;
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -920,7 +1128,7 @@ impl Writer {
         if let Some(seg) = self.open[i].take() {
             if seg.dirty {
                 if let Err(e) = seg.file.sync_data() {
-                    self.failed("sync", &e, 0);
+                    self.failed("sync a segment", &e, 0);
                 }
             }
         }
@@ -935,22 +1143,46 @@ impl Writer {
             }
             seg.dirty = false;
             if let Err(e) = seg.file.sync_data() {
-                self.failed("sync", &e, 0);
+                self.failed("sync a segment", &e, 0);
             }
         }
     }
 
+    /// Counts a failure (and the snapshots it lost), notes it for `/health` and logs it (at
+    /// most once a minute). `what` says what could not be done, without a path: the message
+    /// is shown on the decision listener; the log names the folder.
     fn failed(&mut self, what: &str, e: &io::Error, lost: u64) {
         self.s.w.write_errors.fetch_add(1, Relaxed);
         self.s.w.lost.fetch_add(lost, Relaxed);
+        let now = SystemTime::now();
+        self.s.w.health.lock().last_error = Some((now, format!("cannot {what}: {e}")));
         let quiet = self.last_error_log.is_some_and(|t| t.elapsed() < Duration::from_secs(60));
         if !quiet {
             self.last_error_log = Some(Instant::now());
             log::warn!(
-                "snapshots: cannot {what} {}: {e}{}",
+                "snapshots: cannot {what} in {}: {e}{}",
                 self.s.dir.display(),
                 if lost > 0 { format!(" ({lost} snapshots lost)") } else { String::new() }
             );
+        }
+    }
+
+    /// A failure to store snapshots: counted like any, and the recorder is failing (`/health`
+    /// says so) until a store succeeds. What was not stored stays pending, to be tried again.
+    fn failed_to_store(&mut self, what: &str, e: &io::Error) {
+        self.failed(what, e, 0);
+        if !self.failing {
+            self.failing = true;
+            self.s.w.health.lock().failing_since = Some(SystemTime::now());
+        }
+    }
+
+    /// A store succeeded: no longer failing.
+    fn recovered(&mut self) {
+        if self.failing {
+            self.failing = false;
+            self.s.w.health.lock().failing_since = None;
+            log::info!("snapshots: writing to {} again", self.s.dir.display());
         }
     }
 
@@ -961,7 +1193,13 @@ impl Writer {
         self.last_retention = Instant::now();
         let segments = match segment::list(&self.s.dir) {
             Ok(list) => list,
-            Err(e) => return self.failed("list", &e, 0),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if let Err(e) = self.ensure_folder() {
+                    self.failed_to_store("make the snapshots folder again", &e);
+                }
+                return;
+            }
+            Err(e) => return self.failed("list the segments", &e, 0),
         };
         let listed = segments.len() as u64;
         let now = SystemTime::now();
@@ -998,7 +1236,7 @@ impl Writer {
             match std::fs::remove_file(&seg.path) {
                 Ok(()) => deleted += 1,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => self.failed("delete a segment in", &e, 0),
+                Err(e) => self.failed("delete an old segment", &e, 0),
             }
         }
         let remaining = listed - deleted;
@@ -1017,16 +1255,26 @@ fn new_compressor(level: i32) -> io::Result<zstd::bulk::Compressor<'static>> {
     Ok(c)
 }
 
-/// Writes every slice, with as few `writev` calls as the kernel allows (one, normally).
-fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+/// The snapshot lines in a chunk's bytes.
+fn count_lines(bytes: &[u8]) -> u64 {
+    memchr::memchr_iter(b'\n', bytes).count() as u64
+}
+
+/// Writes every slice, with as few `writev` calls as the kernel allows (one, normally); how
+/// many bytes reached the file, and the error that stopped it, if any.
+fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice<'_>]) -> (usize, io::Result<()>) {
     IoSlice::advance_slices(&mut slices, 0);
+    let mut reached = 0;
     while !slices.is_empty() {
         match file.write_vectored(slices) {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the file took no more bytes")),
-            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Ok(0) => return (reached, Err(io::Error::new(io::ErrorKind::WriteZero, "the file took no more bytes"))),
+            Ok(n) => {
+                reached += n;
+                IoSlice::advance_slices(&mut slices, n);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => return (reached, Err(e)),
         }
     }
-    Ok(())
+    (reached, Ok(()))
 }

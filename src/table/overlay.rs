@@ -12,13 +12,21 @@
 //! parameter changes — the promoted value was committed (`clef tune export`), or someone set
 //! another — the file wins and the entry is dropped. Editing anything else in the file keeps
 //! the promoted values.
+//!
+//! The overlay is checked as strictly as the table file itself before anything in it is
+//! served ([`check`]): a promoted value must pass its parameter's declaration (a number within
+//! `min` and `max` for a tunable one) and be the file's value moved by whole `step`s, as
+//! promotions make it. An overlay that fails (a bit flipped on the SD card: 0.06 → 8.06) gives
+//! way to its last good copy, and `GET /health` says so (see [`crate::state_file`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::params::Tunable;
 use super::{Table, TableKind};
+use crate::state_file;
 
 /// The largest overlay file read back.
 const MAX_OVERLAY_BYTES: u64 = 1 << 20;
@@ -47,9 +55,45 @@ fn path_of(folder: &Path, table: &str) -> PathBuf {
     folder.join(format!("{table}.json"))
 }
 
-/// The overlay of `table` in `folder`, if there is one (an unreadable one is an error).
-pub fn read(folder: &Path, table: &str) -> Result<Option<Overlay>, String> {
-    crate::files::read_json(&path_of(folder, table), MAX_OVERLAY_BYTES)
+/// The overlay of `table` (whose parameters are declared by `params`: the file's, or with
+/// promoted values, the bounds and steps are the same) in `folder`, checked: the file, else
+/// its last good copy, with why the file was not used (see [`crate::state_file::load`]).
+pub fn read(folder: &Path, table: &str, params: Option<&serde_json::Value>) -> state_file::Loaded<Overlay> {
+    state_file::load(&path_of(folder, table), MAX_OVERLAY_BYTES, |o: &Overlay| check(o, table, params))
+}
+
+/// Writes `overlay` of `table` atomically, keeping the overlay it replaces as the last good
+/// copy when that one passes [`check`]; an overlay with no entry removes the file.
+fn write(folder: &Path, table: &str, overlay: &Overlay, params: Option<&serde_json::Value>) -> std::io::Result<()> {
+    let path = path_of(folder, table);
+    if overlay.params.is_empty() {
+        return state_file::remove(&path);
+    }
+    let bytes = serde_json::to_vec_pretty(overlay).map_err(std::io::Error::other)?;
+    state_file::save(&path, &bytes, MAX_OVERLAY_BYTES, |old| {
+        serde_json::from_slice::<Overlay>(old).is_ok_and(|o| check(&o, table, params).is_ok())
+    })
+}
+
+/// Whether `overlay` may be served for `table`, whose parameters `params` declares (the
+/// file's, or with promoted values: bounds and steps are the same): it names the table, and
+/// every entry for a declared parameter passes the declaration with its promoted value in
+/// place, as the table's loader checks a value (for a tunable parameter: a number within
+/// `min` and `max`). Entries for parameters the table no longer declares are left to [`apply`]
+/// (they are stale).
+pub fn check(overlay: &Overlay, table: &str, params: Option<&serde_json::Value>) -> Result<(), String> {
+    if overlay.table != table {
+        return Err(format!("it holds the promoted values of table \"{}\", not \"{table}\"", overlay.table));
+    }
+    for (name, p) in &overlay.params {
+        let Some(decl) = params.and_then(|ps| ps.get(name)) else { continue };
+        let mut with_value = decl.clone();
+        if let Some(d) = with_value.as_object_mut() {
+            d.insert("value".into(), p.value.clone());
+        }
+        Tunable::read(name, &with_value)?;
+    }
+    Ok(())
 }
 
 /// The declared value of parameter `name` in `params` (a table's `params` as written).
@@ -82,16 +126,27 @@ fn applicable(
 }
 
 /// `table` (as loaded from its file) with its promoted values, if `folder` has an overlay for it
-/// that still applies; entries the file has moved past are dropped from the overlay (logged).
+/// that still applies; entries the file has moved past are dropped from the overlay (logged). An
+/// overlay that fails [`check`] is not served: its last good copy is, if it passes, and the
+/// failure is reported for `GET /health` until the overlay passes again.
 pub fn apply(table: Table, folder: &Path) -> Table {
-    let overlay = match read(folder, &table.name) {
-        Ok(Some(o)) => o,
-        Ok(None) => return table,
-        Err(e) => {
-            log::error!("table \"{}\": cannot read its promoted values ({e}); serving the file's values", table.name);
-            return table;
+    let path = path_of(folder, &table.name);
+    let loaded = read(folder, &table.name, table.params.as_ref());
+    match &loaded.problem {
+        Some(why) => {
+            let used = if loaded.value.is_some() { "" } else { "; the file's values serve" };
+            let (detail, summary) = (&why.detail, &why.summary);
+            log::error!(
+                "table \"{}\": the file of its promoted values ({}) {detail}{used}",
+                table.name,
+                path.display()
+            );
+            let message = format!("the file of its promoted values {summary}{used}");
+            state_file::report("tuning", &table.name, "overlay", message);
         }
-    };
+        None => state_file::resolve("tuning", &table.name, "overlay"),
+    }
+    let Some(overlay) = loaded.value else { return table };
     let (values, stale) = applicable(&overlay, table.params.as_ref());
     if !stale.is_empty() {
         log::info!(
@@ -101,16 +156,7 @@ pub fn apply(table: Table, folder: &Path) -> Table {
         );
         let mut kept = overlay.clone();
         kept.params.retain(|name, _| !stale.contains(name));
-        let path = path_of(folder, &table.name);
-        let written = if kept.params.is_empty() {
-            std::fs::remove_file(&path)
-                .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(e) })
-        } else {
-            serde_json::to_vec_pretty(&kept)
-                .map_err(std::io::Error::other)
-                .and_then(|b| crate::files::write_atomically(&path, &b))
-        };
-        if let Err(e) = written {
+        if let Err(e) = write(folder, &table.name, &kept, table.params.as_ref()) {
             log::error!("table \"{}\": cannot update {}: {e}", table.name, path.display());
         }
     }
@@ -124,6 +170,8 @@ pub fn apply(table: Table, folder: &Path) -> Table {
                 "table \"{}\": its promoted values do not compile ({e}); serving the file's values",
                 table.name
             );
+            let message = "the promoted values do not compile with the table; the file's values serve".to_string();
+            state_file::report("tuning", &table.name, "overlay", message);
             table
         }
     }
@@ -136,8 +184,14 @@ pub fn promote(
     served: &Table,
     values: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<(), String> {
-    let mut overlay =
-        read(folder, &served.name)?.unwrap_or_else(|| Overlay { table: served.name.clone(), ..Overlay::default() });
+    let loaded = read(folder, &served.name, served.params.as_ref());
+    if let Some(why) = loaded.problem.as_ref().map(|p| &p.detail) {
+        log::warn!(
+            "table \"{}\": the file of its promoted values {why}; the promotion starts from what passes",
+            served.name
+        );
+    }
+    let mut overlay = loaded.value.unwrap_or_else(|| Overlay { table: served.name.clone(), ..Overlay::default() });
     for (name, value) in values {
         // the file's value: what an earlier promotion recorded, else what serves now (the file's)
         let file = match overlay.params.get(name) {
@@ -151,9 +205,9 @@ pub fn promote(
             overlay.params.insert(name.clone(), Promoted { file, value: value.clone() });
         }
     }
+    check(&overlay, &served.name, served.params.as_ref())?;
     let path = path_of(folder, &served.name);
-    let bytes = serde_json::to_vec_pretty(&overlay).map_err(|e| e.to_string())?;
-    crate::files::write_atomically(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+    write(folder, &served.name, &overlay, served.params.as_ref()).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The text of the table file at `path` with the promoted values of `folder` written in place
@@ -164,7 +218,11 @@ pub fn export(path: &Path, folder: &Path) -> Result<String, String> {
     let bytes = crate::table::read_table_file(path).map_err(|e| format!("{shown}: cannot read the file: {e}"))?;
     let limits = crate::table::Limits::default();
     let table = Table::from_bytes(path, &bytes, &limits).map_err(|e| e.to_string())?;
-    let overlay = read(folder, &table.name)?.unwrap_or_default();
+    let loaded = read(folder, &table.name, table.params.as_ref());
+    if let Some(why) = loaded.problem {
+        return Err(format!("the file of promoted values of \"{}\" {}", table.name, why.detail));
+    }
+    let overlay = loaded.value.unwrap_or_default();
     let (values, _) = applicable(&overlay, table.params.as_ref());
     let (bom, body) = match bytes.strip_prefix(b"\xEF\xBB\xBF") {
         Some(rest) => ("\u{feff}", rest),
@@ -257,7 +315,7 @@ mod tests {
             assert_eq!(d.rule, None, "0.055 is not above 0.06");
             // promoting again keeps what the file says
             promote(&folder, &served, &json!({"rate": 0.07}).as_object().unwrap().clone()).unwrap();
-            let o = read(&folder, "t").unwrap().unwrap();
+            let o = read(&folder, "t", table.params.as_ref()).value.unwrap();
             assert_eq!(o.params["rate"], Promoted { file: json!(0.05), value: json!(0.07) });
             // the export has the value in place, and the rest as written
             let exported = export(&path, &folder).unwrap();
@@ -266,7 +324,7 @@ mod tests {
             std::fs::write(&path, text.replacen("0.05", "0.04", 1)).unwrap();
             let served = apply(Table::load(&path, &Default::default()).unwrap(), &folder);
             assert_eq!(rate(&served), json!(0.04));
-            assert_eq!(read(&folder, "t").unwrap(), None);
+            assert_eq!(read(&folder, "t", table.params.as_ref()).value, None);
         }
     }
 

@@ -100,11 +100,24 @@ impl Tunable {
 }
 
 /// The tunable parameters among `declared` (a table's `params` as written), by name; those whose
-/// declaration is wrong are left out (loading the table reports them).
+/// declaration is wrong are left out (loading the table reports them; [`problems`] says why).
 pub fn tunables(declared: Option<&serde_json::Value>) -> Vec<Tunable> {
-    let Some(serde_json::Value::Object(decls)) = declared else { return Vec::new() };
-    let sorted: BTreeMap<&String, &serde_json::Value> = decls.iter().collect();
-    sorted.into_iter().filter_map(|(name, decl)| Tunable::read(name, decl).ok().flatten()).collect()
+    read_all(declared).filter_map(|(_, read)| read.ok().flatten()).collect()
+}
+
+/// What is wrong with the declarations among `declared` that [`tunables`] leaves out, by name.
+pub fn problems(declared: Option<&serde_json::Value>) -> Vec<String> {
+    read_all(declared).filter_map(|(_, read)| read.err()).collect()
+}
+
+fn read_all(
+    declared: Option<&serde_json::Value>,
+) -> impl Iterator<Item = (&String, Result<Option<Tunable>, String>)> + '_ {
+    let sorted: BTreeMap<&String, &serde_json::Value> = match declared {
+        Some(serde_json::Value::Object(decls)) => decls.iter().collect(),
+        _ => BTreeMap::new(),
+    };
+    sorted.into_iter().map(|(name, decl)| (name, Tunable::read(name, decl)))
 }
 
 #[cfg(test)]
@@ -152,5 +165,8 @@ mod tests {
         });
         let names: Vec<String> = tunables(Some(&declared)).into_iter().map(|t| t.name).collect();
         assert_eq!(names, ["a", "b"]);
+        let why = problems(Some(&declared));
+        assert_eq!(why.len(), 1);
+        assert!(why[0].contains("\"broken\" is tunable"), "{why:?}");
     }
 }

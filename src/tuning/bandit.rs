@@ -65,6 +65,31 @@ impl ArmStats {
         self.sum_sq += reward * reward;
     }
 
+    /// Whether these sums can come from `samples` rewards of `model`: finite, a sum of squares
+    /// that is not negative and not below what the sum forces (Cauchy–Schwarz), and for 0/1
+    /// rewards a whole number of successes, at most `samples`, equal to its sum of squares.
+    pub fn check(&self, model: RewardModel) -> Result<(), String> {
+        let n = self.samples as f64;
+        let (sum, sum_sq) = (self.sum, self.sum_sq);
+        let slack = 1e-9 * (1.0 + sum_sq.abs() * n.max(1.0));
+        let possible = sum.is_finite()
+            && sum_sq.is_finite()
+            && sum_sq >= 0.0
+            && (self.samples > 0 || (sum == 0.0 && sum_sq == 0.0))
+            && sum * sum <= n * sum_sq + slack;
+        let binary_ok = model != RewardModel::Binary
+            || (sum.fract() == 0.0 && (0.0..=n).contains(&sum) && (sum - sum_sq).abs() <= 1e-9 * n.max(1.0));
+        if possible && binary_ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} rewards cannot add up to a sum of {sum} and a sum of squares of {sum_sq}{}",
+                self.samples,
+                if model == RewardModel::Binary { " (each 0 or 1)" } else { "" }
+            ))
+        }
+    }
+
     /// The mean reward, once there is one.
     pub fn mean(&self) -> Option<f64> {
         (self.samples > 0).then(|| self.sum / self.samples as f64)

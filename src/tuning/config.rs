@@ -13,6 +13,8 @@ use super::tag::{MAX_ARMS, MAX_TABLES};
 
 /// The longest `feedback_ttl_s` may be: 30 days.
 pub const MAX_FEEDBACK_TTL_S: u64 = 30 * 86_400;
+/// The most `max_feedback_ids` may be (about 400 MB of ids).
+pub const MAX_FEEDBACK_IDS: usize = 10_000_000;
 
 /// `tuning:` — online tuning of table parameters.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,6 +38,9 @@ pub struct TuningConfig {
     pub reward: RewardSetting,
     /// feedback is accepted for decisions at most this many seconds old
     pub feedback_ttl_s: u64,
+    /// the most ids of counted feedback held to recognise repeats (about 40 bytes each); beyond
+    /// it the oldest are forgotten
+    pub max_feedback_ids: usize,
 }
 
 impl Default for TuningConfig {
@@ -50,6 +55,7 @@ impl Default for TuningConfig {
             auto_promote: false,
             reward: RewardSetting::Auto,
             feedback_ttl_s: 86_400,
+            max_feedback_ids: super::state::MAX_COUNTED,
         }
     }
 }
@@ -107,6 +113,15 @@ impl TuningConfig {
                 format!("{} s cannot work: write at least 1 and at most {MAX_FEEDBACK_TTL_S}", self.feedback_ttl_s),
             ));
         }
+        if self.max_feedback_ids == 0 || self.max_feedback_ids > MAX_FEEDBACK_IDS {
+            out.push((
+                "max_feedback_ids",
+                format!(
+                    "{} cannot work: write at least 1 and at most {MAX_FEEDBACK_IDS} (each id held takes about 40 bytes)",
+                    self.max_feedback_ids
+                ),
+            ));
+        }
         if self.tables.len() > MAX_TABLES {
             out.push(("tables", format!("{} tables: at most {MAX_TABLES} are tuned at once", self.tables.len())));
         }
@@ -156,10 +171,14 @@ mod tests {
             min_samples: 0,
             confidence: 1.0,
             feedback_ttl_s: 0,
+            max_feedback_ids: 0,
             tables: vec!["a".into(), "a".into()],
             ..TuningConfig::default()
         };
         let keys: Vec<&str> = c.problems().iter().map(|(k, _)| *k).collect();
-        assert_eq!(keys, ["traffic", "variants", "min_samples", "confidence", "feedback_ttl_s", "tables"]);
+        assert_eq!(
+            keys,
+            ["traffic", "variants", "min_samples", "confidence", "feedback_ttl_s", "max_feedback_ids", "tables"]
+        );
     }
 }

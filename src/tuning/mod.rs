@@ -173,36 +173,38 @@ pub struct Choice {
 /// Why feedback was refused.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FeedbackError {
-    /// the body is not `{"snapshot_id", "reward"}`
-    Invalid(String),
+    /// the body is not JSON
+    InvalidJson(crate::input::InputError),
+    /// the body is JSON but not `{"snapshot_id", "reward"}`
+    InvalidBody(String),
     /// the id is not a UUID
     BadId(String),
     /// the reward is not a number this table takes
     BadReward(String),
     /// no tuned decision of this server has the id (or it expired)
     Unknown(String),
-    /// too many feedbacks are held to recognise repeats
-    Backlog,
 }
 
 impl FeedbackError {
     /// The HTTP status.
     pub fn status(&self) -> u16 {
         match self {
-            FeedbackError::Invalid(_) | FeedbackError::BadId(_) | FeedbackError::BadReward(_) => 400,
+            FeedbackError::InvalidJson(_)
+            | FeedbackError::InvalidBody(_)
+            | FeedbackError::BadId(_)
+            | FeedbackError::BadReward(_) => 400,
             FeedbackError::Unknown(_) => 404,
-            FeedbackError::Backlog => 503,
         }
     }
 
     /// The API error code.
     pub fn code(&self) -> &'static str {
         match self {
-            FeedbackError::Invalid(_) => "invalid_feedback",
+            FeedbackError::InvalidJson(e) => e.code(),
+            FeedbackError::InvalidBody(_) => "invalid_body",
             FeedbackError::BadId(_) => "invalid_snapshot_id",
             FeedbackError::BadReward(_) => "invalid_reward",
             FeedbackError::Unknown(_) => "unknown_snapshot",
-            FeedbackError::Backlog => "feedback_backlog",
         }
     }
 }
@@ -210,14 +212,11 @@ impl FeedbackError {
 impl std::fmt::Display for FeedbackError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            FeedbackError::Invalid(m) | FeedbackError::BadId(m) | FeedbackError::BadReward(m) | FeedbackError::Unknown(m) => {
-                f.write_str(m)
-            }
-            FeedbackError::Backlog => write!(
-                f,
-                "{} feedbacks are held to recognise repeats within tuning.feedback_ttl_s; lower it, or send feedback later",
-                state::MAX_COUNTED
-            ),
+            FeedbackError::InvalidJson(e) => e.fmt(f),
+            FeedbackError::InvalidBody(m)
+            | FeedbackError::BadId(m)
+            | FeedbackError::BadReward(m)
+            | FeedbackError::Unknown(m) => f.write_str(m),
         }
     }
 }
@@ -295,7 +294,11 @@ impl Tuner {
                 untunable: Mutex::new(None),
             })
             .collect();
-        let ledger = Ledger { tables: vec![None; config.tables.len()], ..Ledger::default() };
+        let ledger = Ledger {
+            tables: vec![None; config.tables.len()],
+            counted: Counted::new(config.max_feedback_ids),
+            ..Ledger::default()
+        };
         Ok(Tuner {
             traffic: share_threshold(config.traffic),
             config: config.clone(),
@@ -376,10 +379,11 @@ impl Tuner {
             snapshot_id: String,
             reward: serde_json::Value,
         }
-        let body: Body = serde_json::from_slice(body).map_err(|e| {
-            FeedbackError::Invalid(format!(
+        let body: Body = serde_json::from_slice(body).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => FeedbackError::InvalidBody(format!(
                 "{e}; send {{\"snapshot_id\": \"<the decision's snapshot_id>\", \"reward\": 1}}"
-            ))
+            )),
+            _ => FeedbackError::InvalidJson(crate::input::InputError::from_serde_syntax(body, &e)),
         })?;
         let id = SnapshotId::parse(&body.snapshot_id).ok_or_else(|| {
             FeedbackError::BadId(format!(
@@ -419,7 +423,7 @@ impl Tuner {
             return Err(FeedbackError::BadReward(format!("tuning.reward is binary: a reward is 0 or 1, not {reward}")));
         }
         ledger.counted.expire(oldest);
-        let first = ledger.counted.insert(id).map_err(|state::Full| FeedbackError::Backlog)?;
+        let first = ledger.counted.insert(id);
         let name = &self.tables[tag.slot].name;
         let Some(table) = ledger.tables.get_mut(tag.slot).and_then(Option::as_mut) else { return Err(unknown()) };
         let Some(arm) = table.state.arms.get_mut(tag.arm) else { return Err(unknown()) };
@@ -444,6 +448,13 @@ impl Tuner {
         crate::expr::json::write_json_string(&arm_id, &mut out);
         out.push('}');
         Ok(out)
+    }
+
+    /// The ids of counted feedback held to recognise repeats, and how many were forgotten
+    /// (oldest first) to stay within `tuning.max_feedback_ids`.
+    pub fn feedback_ids(&self) -> (usize, u64) {
+        let ledger = self.ledger.lock();
+        (ledger.counted.len(), ledger.counted.evicted())
     }
 
     /// `GET /tuning/{table}`'s answer, `None` when the table is not tuned.
@@ -502,9 +513,11 @@ impl Tuner {
         ledger.saved = Some(Instant::now());
         drop(ledger);
         for s in states {
-            let path = self.folder.join(format!("{}.json", s.table));
+            let path = self.rewards_path(&s.table);
+            let good =
+                |old: &[u8]| serde_json::from_slice::<TableState>(old).is_ok_and(|o| o.check(&s.table, None).is_ok());
             let written = serde_json::to_vec_pretty(&s).map_err(|e| e.to_string()).and_then(|bytes| {
-                crate::files::write_atomically(&path, &bytes)
+                crate::state_file::save(&path, &bytes, state::MAX_STATE_BYTES, good)
                     .map_err(|e| format!("cannot write {}: {e}", path.display()))
             });
             if let Err(e) = written {
@@ -514,6 +527,11 @@ impl Tuner {
         }
     }
 
+    /// Where a tuned table's rewards are saved.
+    fn rewards_path(&self, table: &str) -> PathBuf {
+        self.folder.join(format!("{table}.json"))
+    }
+
     /// Makes the arms of `table` (newly served) and publishes them; the rewards saved for the
     /// same arms of the same table carry over, anything else starts afresh.
     fn rebuild(&self, slot: usize, table: &Arc<Table>, rng: &mut SmallRng) {
@@ -521,10 +539,15 @@ impl Tuner {
         let tunables = crate::table::params::tunables(table.params.as_ref());
         *tuned.untunable.lock() = tunables.is_empty().then(|| table.clone());
         if tunables.is_empty() {
-            log::warn!(
-                "tuning {}: the table declares no tunable parameter (\"tunable\": true with a \"step\"); it is not tuned",
-                tuned.name
-            );
+            let problems = crate::table::params::problems(table.params.as_ref());
+            if problems.is_empty() {
+                log::warn!(
+                    "tuning {}: the table declares no tunable parameter (\"tunable\": true with a \"step\"); it is not tuned",
+                    tuned.name
+                );
+            } else {
+                log::error!("tuning {}: it is not tuned: {}", tuned.name, problems.join("; "));
+            }
             tuned.fast.publish(None);
             tuned.live.store(None);
             tuned.report.store(None);
@@ -544,13 +567,21 @@ impl Tuner {
             }
         }
         let basis = basis_of(table);
-        let saved: Option<TableState> = match state::read_json(&self.folder.join(format!("{}.json", tuned.name))) {
-            Ok(s) => s,
-            Err(e) => {
-                log::error!("tuning {}: {e}; starting afresh", tuned.name);
-                None
+        let path = self.rewards_path(&tuned.name);
+        let loaded = crate::state_file::load(&path, state::MAX_STATE_BYTES, |s: &TableState| {
+            s.check(&tuned.name, table.params.as_ref())
+        });
+        match &loaded.problem {
+            Some(why) => {
+                let afresh = if loaded.value.is_some() { "" } else { "; its rewards start afresh" };
+                let (detail, summary) = (&why.detail, &why.summary);
+                log::error!("tuning {}: the file of its rewards ({}) {detail}{afresh}", tuned.name, path.display());
+                let message = format!("the file of its rewards {summary}{afresh}");
+                crate::state_file::report("tuning", &tuned.name, "rewards", message);
             }
-        };
+            None => crate::state_file::resolve("tuning", &tuned.name, "rewards"),
+        }
+        let saved = loaded.value;
         let same = |s: &TableState| {
             s.table == tuned.name
                 && s.basis == basis

@@ -2,19 +2,21 @@
 //! each tuned table's rewards per arm, and the feedback already counted.
 //!
 //! Every file is written whole, atomically (a temporary file, synced, renamed over the old
-//! one): a crash leaves the old file or the new one, never half of one. A file that cannot be
-//! read back (corrupt, from another version) is logged and tuning starts that table afresh.
+//! one): a crash leaves the old file or the new one, never half of one. A table's rewards are
+//! kept with their last good copy and checked when read back ([`TableState::check`]); a file
+//! that fails gives way to that copy, and is reported in `GET /health` (see
+//! [`crate::state_file`]). With neither, tuning starts that table afresh.
 // Arm indexes come from the arms this state was built with (same length, checked on load).
 #![allow(clippy::indexing_slicing)]
 
-use std::collections::VecDeque;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 
 use super::bandit::{ArmStats, RewardModel};
 use crate::snapshot::SnapshotId;
+use crate::table::params::Tunable;
 
 /// The largest state file read back.
 pub const MAX_STATE_BYTES: u64 = 16 << 20;
@@ -44,6 +46,36 @@ pub struct TableState {
     pub arms: Vec<ArmState>,
 }
 
+impl TableState {
+    /// Whether these rewards can be what tuning saved for `table` (declaring `params`, when
+    /// known): the baseline first and arm ids unique, each arm's values passing the table's
+    /// declarations as its loader checks them, and sums that rewards can add up to.
+    pub fn check(&self, table: &str, params: Option<&serde_json::Value>) -> Result<(), String> {
+        if self.table != table {
+            return Err(format!("they are the rewards of table \"{}\", not \"{table}\"", self.table));
+        }
+        if self.arms.first().is_none_or(|a| a.id != "baseline") {
+            return Err("the first arm is not the baseline".into());
+        }
+        let mut ids = BTreeSet::new();
+        for arm in &self.arms {
+            if !ids.insert(arm.id.as_str()) {
+                return Err(format!("arm \"{}\" is listed twice", arm.id));
+            }
+            for (name, value) in &arm.params {
+                let Some(decl) = params.and_then(|p| p.get(name)) else { continue };
+                let mut with_value = decl.clone();
+                if let Some(d) = with_value.as_object_mut() {
+                    d.insert("value".into(), value.clone());
+                }
+                Tunable::read(name, &with_value).map_err(|e| format!("arm \"{}\": {e}", arm.id))?;
+            }
+            arm.stats.check(self.model).map_err(|e| format!("arm \"{}\": {e}", arm.id))?;
+        }
+        Ok(())
+    }
+}
+
 /// One arm's rewards, as saved.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ArmState {
@@ -62,75 +94,69 @@ pub struct ArmState {
 }
 
 /// The ids whose feedback was counted, for as long as feedback for them is accepted: a second
-/// feedback for one of them is not counted again. Kept in buckets of one minute of the ids'
-/// own time, so that expired ones are dropped a bucket at a time.
-#[derive(Debug, Default)]
+/// feedback for one of them is not counted again. At most `cap` are held: beyond it the oldest
+/// (by the time in the id) is forgotten, so that a flood of feedback can neither grow memory
+/// nor lock feedback out. A repeat of a forgotten one counts again.
+///
+/// An ordered set, because ids are UUIDv7: ordered by value is ordered by time, so the oldest
+/// is the first and the expired ones are a prefix.
+#[derive(Debug)]
 pub struct Counted {
-    buckets: VecDeque<(u64, FxHashSet<u128>)>,
-    len: usize,
+    ids: BTreeSet<u128>,
+    cap: usize,
+    evicted: u64,
 }
 
-/// The most ids [`Counted`] holds (about 20 bytes each).
+/// The most ids [`Counted`] holds unless `tuning.max_feedback_ids` says otherwise.
 pub const MAX_COUNTED: usize = 500_000;
 
-/// [`Counted`] holds [`MAX_COUNTED`] ids already.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Full;
-
-const BUCKET_MS: u64 = 60_000;
+impl Default for Counted {
+    fn default() -> Self {
+        Counted::new(MAX_COUNTED)
+    }
+}
 
 impl Counted {
-    /// Marks `id` counted: `Ok(true)` the first time, `Ok(false)` if it already was, [`Full`]
-    /// when [`MAX_COUNTED`] ids are held.
-    pub fn insert(&mut self, id: SnapshotId) -> Result<bool, Full> {
-        let minute = id.unix_ms() / BUCKET_MS;
-        let pos = self.buckets.iter().position(|(m, _)| *m == minute);
-        if let Some(p) = pos {
-            if self.buckets[p].1.contains(&id.as_u128()) {
-                return Ok(false);
-            }
+    /// A set holding at most `cap` ids (at least one).
+    pub fn new(cap: usize) -> Counted {
+        Counted { ids: BTreeSet::new(), cap: cap.max(1), evicted: 0 }
+    }
+
+    /// Marks `id` counted: true the first time, false if it already was. When `cap` ids are
+    /// held, the oldest is forgotten first.
+    pub fn insert(&mut self, id: SnapshotId) -> bool {
+        let id = id.as_u128();
+        if self.ids.contains(&id) {
+            return false;
         }
-        if self.len >= MAX_COUNTED {
-            return Err(Full);
+        while self.ids.len() >= self.cap {
+            self.ids.pop_first();
+            self.evicted += 1;
         }
-        let p = match pos {
-            Some(p) => p,
-            None => {
-                // buckets are kept in minute order
-                let at = self.buckets.iter().position(|(m, _)| *m > minute).unwrap_or(self.buckets.len());
-                self.buckets.insert(at, (minute, FxHashSet::default()));
-                at
-            }
-        };
-        self.buckets[p].1.insert(id.as_u128());
-        self.len += 1;
-        Ok(true)
+        self.ids.insert(id)
     }
 
     /// Forgets ids older than `oldest_ms` (feedback for them is refused anyway).
     pub fn expire(&mut self, oldest_ms: u64) {
-        while let Some((m, set)) = self.buckets.front() {
-            if (m + 1) * BUCKET_MS > oldest_ms {
-                break;
-            }
-            self.len -= set.len();
-            self.buckets.pop_front();
+        let first_kept = u128::from(oldest_ms) << 80;
+        if self.ids.first().is_some_and(|&oldest| oldest < first_kept) {
+            self.ids = self.ids.split_off(&first_kept);
         }
     }
 
     /// How many ids are held.
     pub fn len(&self) -> usize {
-        self.len
+        self.ids.len()
     }
 
     /// Whether none are.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.ids.is_empty()
     }
 
-    /// Every id held, for saving at shutdown.
-    pub fn ids(&self) -> Vec<String> {
-        self.buckets.iter().flat_map(|(_, s)| s.iter()).map(|v| SnapshotId::from_u128(*v).to_string()).collect()
+    /// How many ids were forgotten to stay within the cap (not counting expired ones).
+    pub fn evicted(&self) -> u64 {
+        self.evicted
     }
 }
 
@@ -143,19 +169,35 @@ mod tests {
     }
 
     #[test]
-    fn counted_once_and_expired_by_the_minute() {
+    fn counted_once_and_expired_by_their_time() {
         let mut c = Counted::default();
-        assert_eq!(c.insert(id_at(120_000, 1)), Ok(true));
-        assert_eq!(c.insert(id_at(120_000, 1)), Ok(false));
-        assert_eq!(c.insert(id_at(60_500, 2)), Ok(true));
-        assert_eq!(c.insert(id_at(200_000, 3)), Ok(true));
+        assert!(c.insert(id_at(120_000, 1)));
+        assert!(!c.insert(id_at(120_000, 1)));
+        assert!(c.insert(id_at(60_500, 2)));
+        assert!(c.insert(id_at(200_000, 3)));
         assert_eq!(c.len(), 3);
-        c.expire(121_000);
-        // the bucket of minute 1 (60–120 s) is gone, minute 2 (120–180 s) stays
+        c.expire(120_000);
+        // the id of 60.5 s is gone, those of 120 s and 200 s stay
         assert_eq!(c.len(), 2);
-        assert_eq!(c.insert(id_at(120_000, 1)), Ok(false));
+        assert!(!c.insert(id_at(120_000, 1)));
         c.expire(10_000_000);
         assert!(c.is_empty());
+        assert_eq!(c.evicted(), 0);
+    }
+
+    #[test]
+    fn at_the_cap_the_oldest_is_forgotten_and_feedback_goes_on() {
+        let mut c = Counted::new(3);
+        for (ms, low) in [(1_000, 1), (3_000, 3), (2_000, 2)] {
+            assert!(c.insert(id_at(ms, low)));
+        }
+        // full: a new id is taken, the oldest (1 s) forgotten
+        assert!(c.insert(id_at(4_000, 4)));
+        assert_eq!((c.len(), c.evicted()), (3, 1));
+        assert!(!c.insert(id_at(2_000, 2)), "2 s is still known");
+        assert!(c.insert(id_at(1_000, 1)), "1 s was forgotten: it counts again");
+        assert_eq!((c.len(), c.evicted()), (3, 2));
+        assert!(!c.insert(id_at(4_000, 4)));
     }
 
     #[test]

@@ -16,8 +16,10 @@
 //! removes.
 //!
 //! The file is read leniently (unknown fields are ignored, so a newer clef's file still loads)
-//! and a file that cannot be read is reported, not obeyed: the tables then serve as their files
-//! say.
+//! but checked ([`State::check`]); the file it replaced is kept as `registry.json.last-good`
+//! when it passed (see [`crate::state_file`]). A file that cannot be read or fails its check
+//! is reported (log and `GET /health`), not obeyed: its last good copy is, and without one the
+//! tables serve as their files say.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -46,6 +48,40 @@ pub struct State {
     /// rollback pins: table name → the version it serves until its file changes
     #[serde(default)]
     pub pins: BTreeMap<String, Pin>,
+}
+
+impl State {
+    /// Whether the state can be what clef saved: names that are not empty, and pins whose
+    /// version, file hash, source name and time have the forms clef writes (the source itself
+    /// is checked against the version when it is read).
+    pub fn check(&self) -> Result<(), String> {
+        let hex =
+            |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        for (table, ids) in &self.switches {
+            if table.is_empty() || ids.iter().any(String::is_empty) {
+                return Err(format!("the kill switches of table \"{table}\" name an empty table or rule"));
+            }
+        }
+        for (table, pin) in &self.pins {
+            let what = |why: &str| format!("the rollback pin of table \"{table}\": {why}");
+            if table.is_empty() {
+                return Err(what("no table name"));
+            }
+            if !hex(&pin.version, 12) {
+                return Err(what(&format!("\"{}\" is not a version (12 hex digits)", pin.version)));
+            }
+            if !hex(&pin.file_sha256, 64) {
+                return Err(what("its file hash is not a SHA-256 (64 hex digits)"));
+            }
+            if !pin.source.starts_with(&format!("{}-", pin.version)) || pin.source.contains(['/', '\\']) {
+                return Err(what(&format!("its source {:?} is not the file clef names after the version", pin.source)));
+            }
+            if humantime::parse_rfc3339(&pin.since).is_err() {
+                return Err(what(&format!("{:?} is not a time", pin.since)));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A table pinned to an earlier version by a rollback (SPEC §6): it serves that version across
@@ -86,25 +122,39 @@ impl Store {
         self.dir.join(STATE_FILE)
     }
 
-    /// The saved state: empty when there is no file yet; `Err` (saying what is wrong) when the
-    /// file cannot be read or is not a state file.
+    /// The saved state: empty when there is no file yet; `Err` (saying what is wrong) when
+    /// neither the file nor its last good copy can be read and pass [`State::check`]. A file
+    /// that fails while its last good copy passes gives that copy; either failure is logged
+    /// and reported for `GET /health` (see [`crate::state_file`]).
     pub fn load(&self) -> Result<State, String> {
         let path = self.state_path();
-        let bytes = match crate::files::read_limited(&path, MAX_STATE_BYTES) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(State::default()),
-            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        let loaded = crate::state_file::load(&path, MAX_STATE_BYTES, State::check);
+        let Some(why) = loaded.problem else {
+            crate::state_file::resolve("registry", "state", "registry");
+            let state = loaded.value.unwrap_or_default();
+            if state.format > FORMAT {
+                log::warn!(
+                    "{} was written by a newer clef (format {}); reading what this version knows of it",
+                    path.display(),
+                    state.format
+                );
+            }
+            return Ok(state);
         };
-        let state: State =
-            serde_json::from_slice(&bytes).map_err(|e| format!("{} is not a clef state file: {e}", path.display()))?;
-        if state.format > FORMAT {
-            log::warn!(
-                "{} was written by a newer clef (format {}); reading what this version knows of it",
-                path.display(),
-                state.format
-            );
+        let outcome = if loaded.value.is_some() { "" } else { "; no kill switch or rollback pin is in force" };
+        crate::state_file::report(
+            "registry",
+            "state",
+            "registry",
+            format!("the file of kill switches and rollback pins {}{outcome}", why.summary),
+        );
+        match loaded.value {
+            Some(state) => {
+                log::error!("{} {}", path.display(), why.detail);
+                Ok(state)
+            }
+            None => Err(format!("{} {}", path.display(), why.detail)),
         }
-        Ok(state)
     }
 
     /// Moves an unreadable state file aside (`registry.json.corrupt`), so that the next save does
@@ -120,7 +170,8 @@ impl Store {
         let mut text =
             serde_json::to_vec_pretty(&State { format: FORMAT, ..state.clone() }).map_err(io::Error::other)?;
         text.push(b'\n');
-        crate::files::write_atomically(&self.state_path(), &text)?;
+        let good = |old: &[u8]| serde_json::from_slice::<State>(old).is_ok_and(|o| o.check().is_ok());
+        crate::state_file::save(&self.state_path(), &text, MAX_STATE_BYTES, good)?;
         self.remove_unused_sources(state);
         Ok(())
     }
@@ -179,7 +230,7 @@ mod tests {
         Pin {
             version: version.into(),
             path: PathBuf::from("/t/risk.json"),
-            file_sha256: "ab".into(),
+            file_sha256: "ab".repeat(32),
             source: source.into(),
             since: "2026-01-01T00:00:00Z".into(),
         }
@@ -215,7 +266,7 @@ mod tests {
         assert_eq!(store.load().unwrap().switches["t"].len(), 1);
         std::fs::write(store.state_path(), b"{\"switches\": {\"t\": [").unwrap();
         let e = store.load().unwrap_err();
-        assert!(e.contains("registry.json") && e.contains("not a clef state file"), "{e}");
+        assert!(e.contains("registry.json") && e.contains("is not valid"), "{e}");
         assert_eq!(store.set_aside(), Some(dir.path().join("registry.json.corrupt")));
         assert_eq!(store.load().unwrap(), State::default());
     }
