@@ -94,11 +94,26 @@ impl TableKind {
     }
 }
 
-/// A table that could not be loaded, with every problem found.
+/// A table that could not be loaded, with the problems found: the first
+/// [`MAX_LISTED`](crate::diagnostic::MAX_LISTED), and how many more there are.
 #[derive(Clone, Debug)]
 pub struct LoadError {
-    /// one entry per problem
+    /// one entry per problem listed, in the order of the file
     pub diagnostics: Vec<Diagnostic>,
+    /// problems found past those listed
+    pub unlisted: usize,
+}
+
+impl From<Vec<Diagnostic>> for LoadError {
+    /// The load error of every problem a loader found, listing the first ones.
+    fn from(mut diagnostics: Vec<Diagnostic>) -> LoadError {
+        let unlisted = diagnostics.len().saturating_sub(crate::diagnostic::MAX_LISTED);
+        if unlisted > 0 {
+            diagnostics.truncate(crate::diagnostic::MAX_LISTED);
+            diagnostics.shrink_to_fit();
+        }
+        LoadError { diagnostics, unlisted }
+    }
 }
 
 impl fmt::Display for LoadError {
@@ -109,6 +124,15 @@ impl fmt::Display for LoadError {
             }
             write!(f, "{d}")?;
         }
+        if let Some(last) = self.diagnostics.last().filter(|_| self.unlisted > 0) {
+            write!(
+                f,
+                "\n{}: {} more {} not listed; fix the first ones, then check the file again",
+                last.path,
+                self.unlisted,
+                if self.unlisted == 1 { "problem is" } else { "problems are" }
+            )?;
+        }
         Ok(())
     }
 }
@@ -117,15 +141,23 @@ impl std::error::Error for LoadError {}
 
 impl LoadError {
     fn single(path: &str, message: String) -> LoadError {
-        LoadError { diagnostics: vec![Diagnostic::whole_file(path, message)] }
+        LoadError::from(vec![Diagnostic::whole_file(path, message)])
+    }
+
+    /// How many problems were found, listed or not.
+    pub fn count(&self) -> usize {
+        self.diagnostics.len() + self.unlisted
     }
 
     /// The first problem on one line, for logs and `/health`.
     pub fn summary(&self) -> String {
-        self.diagnostics
-            .first()
-            .map(|d| format!("{}:{}:{}: {}", d.path, d.line, d.column, d.message))
-            .unwrap_or_else(|| "failed to load".to_string())
+        let Some(d) = self.diagnostics.first() else { return "failed to load".to_string() };
+        let more = match self.count() - 1 {
+            0 => String::new(),
+            1 => " (and 1 more problem)".to_string(),
+            n => format!(" (and {n} more problems)"),
+        };
+        format!("{}:{}:{}: {}{more}", d.path, d.line, d.column, d.message)
     }
 }
 
@@ -393,13 +425,11 @@ impl Table {
         })?;
         let (engine, meta) = match kind {
             TableKind::Jev => {
-                let (rules, meta) =
-                    jev::load(&shown, source, limits).map_err(|diagnostics| LoadError { diagnostics })?;
+                let (rules, meta) = jev::load(&shown, source, limits).map_err(LoadError::from)?;
                 (Engine::Rules(rules), meta)
             }
             TableKind::RuleSet => {
-                let (rules, meta) =
-                    ruleset::load(&shown, source, limits).map_err(|diagnostics| LoadError { diagnostics })?;
+                let (rules, meta) = ruleset::load(&shown, source, limits).map_err(LoadError::from)?;
                 (Engine::Rules(rules), meta)
             }
             TableKind::Flash | TableKind::FlashCompiled => flash::load(&shown, kind, source, bytes)?,
@@ -637,6 +667,24 @@ fn write_time(t: Timestamp, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_load_error_lists_the_first_problems_and_counts_the_others() {
+        let problems = |n: usize| -> Vec<Diagnostic> {
+            (1..=n).map(|i| Diagnostic::whole_file("t.json", format!("problem {i}"))).collect()
+        };
+        let e = LoadError::from(problems(crate::diagnostic::MAX_LISTED + 70));
+        assert_eq!((e.diagnostics.len(), e.unlisted, e.count()), (50, 70, 120));
+        let text = e.to_string();
+        assert!(text.contains("problem 50") && !text.contains("problem 51"), "{text}");
+        assert!(
+            text.ends_with("t.json: 70 more problems are not listed; fix the first ones, then check the file again")
+        );
+        assert_eq!(e.summary(), "t.json:1:1: problem 1 (and 119 more problems)");
+        let one = LoadError::from(problems(1));
+        assert_eq!((one.unlisted, one.to_string()), (0, "t.json:1:1: error: problem 1".to_string()));
+        assert_eq!(one.summary(), "t.json:1:1: problem 1");
+    }
 
     #[test]
     fn timestamps_match_humantime() {

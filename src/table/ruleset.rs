@@ -23,7 +23,7 @@ use super::rules::RuleEngine;
 use super::spec::{build, ConditionPart, Place, RuleSpec, TableSpec};
 use super::template::placeholders;
 use super::{Limits, TableMeta};
-use crate::diagnostic::{quote, Diagnostic};
+use crate::diagnostic::{quote, Diagnostic, SourceFile};
 use crate::expr::check::Schema;
 use crate::expr::lexer::KEYWORDS;
 use crate::expr::{Const, Env};
@@ -120,13 +120,13 @@ const OPERATOR_ALIASES: &[(&str, &str)] = &[
 
 /// Reads a rule set's source into a compiled engine.
 pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, TableMeta), Vec<Diagnostic>> {
-    let mut r = Reader { path, source, diags: Vec::new() };
+    let mut r = Reader { source, file: SourceFile::new(path, source), diags: Vec::new() };
     let document = match yaml::parse(source, &YAML) {
         Ok(d) => d,
         Err(p) => return Err(vec![Diagnostic::at_offset(path, source, p.at, p.width, p.message)]),
     };
     for p in &document.problems {
-        r.diags.push(Diagnostic::at_offset(path, source, p.at, p.width, p.message.clone()));
+        r.diags.push(r.file.at(p.at, p.width, p.message.clone()));
     }
     let root = match document.root {
         Some(root) if root.entries().is_some() => root,
@@ -215,14 +215,15 @@ pub fn is_rule_set(source: &str) -> bool {
 
 /// Reads the nodes of one file and collects diagnostics positioned at them.
 struct Reader<'s> {
-    path: &'s str,
     source: &'s str,
+    /// positions diagnostics in `source`
+    file: SourceFile<'s>,
     diags: Vec<Diagnostic>,
 }
 
 impl<'s> Reader<'s> {
     fn at(&mut self, span: &Range<usize>, message: String) {
-        self.diags.push(Diagnostic::at_offset(self.path, self.source, span.start, span.len(), message));
+        self.diags.push(self.file.at(span.start, span.len(), message));
     }
 
     /// Reports the keys of `node` (a mapping) that are not `known`, with a "did you mean"; returns

@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap;
 use super::rules::{BuildError, EngineParts, Rule, RuleEngine};
 use super::template::placeholders;
 use super::Limits;
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::expr::{parse_checked, Env, ExprError};
 
 /// A place in the file: a byte offset and how many bytes the caret underlines.
@@ -100,7 +100,8 @@ pub fn build(
     limits: &Limits,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<RuleEngine> {
-    let at = |place: Place, message: String| Diagnostic::at_offset(path, source, place.offset, place.width, message);
+    let file = SourceFile::new(path, source);
+    let at = |place: Place, message: String| file.at(place.offset, place.width, message);
     if spec.rules.len() > limits.max_rules {
         diags.push(Diagnostic::whole_file(
             path,
@@ -156,7 +157,7 @@ pub fn build(
                 ));
             }
             Ok(_) => {}
-            Err(e) => diags.push(layout.diagnostic(path, source, &r.condition, &e, &label)),
+            Err(e) => diags.push(layout.diagnostic(&file, &r.condition, &e, &label)),
         }
         layouts.push(layout);
     }
@@ -177,7 +178,7 @@ pub fn build(
             let r = &spec.rules[i];
             let label = format!("rule \"{}\"", r.id);
             diags.push(match problem {
-                BuildError::Condition(e) => layouts[i].diagnostic(path, source, &r.condition, &e, &label),
+                BuildError::Condition(e) => layouts[i].diagnostic(&file, &r.condition, &e, &label),
                 BuildError::Action(m) => at(r.action_at, format!("{label}: in the action: {m}")),
                 BuildError::Fallback(m) => {
                     at(r.fallback.as_ref().map_or(r.action_at, |f| f.1), format!("{label}: in the fallback: {m}"))
@@ -228,30 +229,23 @@ impl Layout {
     }
 
     /// A condition error at its place in the file: inside the part it falls in.
-    fn diagnostic(
-        &self,
-        path: &str,
-        source: &str,
-        parts: &[ConditionPart<'_>],
-        e: &ExprError,
-        label: &str,
-    ) -> Diagnostic {
+    fn diagnostic(&self, file: &SourceFile<'_>, parts: &[ConditionPart<'_>], e: &ExprError, label: &str) -> Diagnostic {
         let message = format!("{label}: {}", e.message);
         let found = self.parts.iter().position(|&(start, len)| e.span.start >= start && e.span.start <= start + len);
         let Some(k) = found else {
             // an error about the whole condition: at its first part
             let offset = parts.first().map_or(0, |p| (p.locate)(0));
-            return Diagnostic::at_offset(path, source, offset, 1, message);
+            return file.at(offset, 1, message);
         };
         let part = &parts[k];
         if let Some(place) = part.written_at {
-            return Diagnostic::at_offset(path, source, place.offset, place.width, message);
+            return file.at(place.offset, place.width, message);
         }
         let (start, len) = self.parts[k];
         let local_start = e.span.start - start;
         let local_end = e.span.end.clamp(e.span.start, start + len) - start;
         let from = (part.locate)(local_start);
         let to = (part.locate)(local_end);
-        Diagnostic::at_offset(path, source, from, to.saturating_sub(from).max(1), message)
+        file.at(from, to.saturating_sub(from).max(1), message)
     }
 }
