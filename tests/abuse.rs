@@ -307,6 +307,104 @@ fn draining_closes_idle_keep_alive_connections() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// signals
+
+/// The signals each thread of process `pid` blocks (`SigBlk` of `/proc/PID/task/TID/status`),
+/// by thread id.
+fn blocked_signals(pid: u32) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("list the threads") {
+        let task = task.expect("a thread");
+        let tid: u32 = task.file_name().to_str().and_then(|t| t.parse().ok()).expect("a thread id");
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue }; // it ended
+        let mask = status.lines().find_map(|l| l.strip_prefix("SigBlk:")).expect("SigBlk in status");
+        out.push((tid, u64::from_str_radix(mask.trim(), 16).expect("a hex mask")));
+    }
+    out
+}
+
+#[test]
+fn a_storm_of_sighups_never_ends_the_server() {
+    // A thread started before the signal mask was set (the registry's writer) took the second
+    // SIGHUP that came during a reload with its default action: the process ended, and systemd
+    // counted that as a clean stop. Now every thread but the one waiting for signals blocks
+    // them, and SIGHUPs that come during a reload coalesce into one more reload.
+    let big: Vec<String> = (0..20_000)
+        .map(|i| format!(r#"{{"id": "r{i}", "condition": "x == {i}", "action": {{"a": "r{i}"}}}}"#))
+        .collect();
+    let srv = Server::start(&plain(), &[("risk.json", &table("big")), ("big.json", &format!("[{}]", big.join(",\n")))]);
+    let pid = srv.child.id();
+    let hup = 1u64 << (Signal::SIGHUP as u64 - 1);
+    let term = 1u64 << (Signal::SIGTERM as u64 - 1);
+    // A busy server has its worker threads too.
+    for _ in 0..20 {
+        assert_eq!(srv.action("risk", r#"{"x": 50}"#), "big");
+    }
+    let threads = blocked_signals(pid);
+    assert!(threads.len() >= 4, "{threads:?}");
+    for (tid, mask) in &threads {
+        // the thread in sigwait shows the signals it waits for unblocked while it waits
+        if *tid != pid {
+            assert!(mask & hup != 0 && mask & term != 0, "thread {tid} does not block SIGHUP/SIGTERM: {mask:x}");
+        }
+    }
+
+    let port = srv.port;
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut answered, mut failed) = (0u32, Vec::new());
+            let mut c = Conn::open(port);
+            while !stop.load(Ordering::Relaxed) {
+                match c.try_request("POST", "/decide/risk", &[], br#"{"x": 50}"#) {
+                    Ok(r) if r.status == 200 => answered += 1,
+                    Ok(r) => failed.push(format!("{} {}", r.status, r.text())),
+                    Err(e) => {
+                        failed.push(e.to_string());
+                        match Conn::try_open(port) {
+                            Ok(fresh) => c = fresh,
+                            Err(e) => failed.push(format!("connect: {e}")),
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            (answered, failed)
+        })
+    };
+    let started = Instant::now();
+    for n in 0..1000 {
+        if n == 990 {
+            // a change just before the last signals: the reload they coalesce into reads it
+            srv.write_table("risk.json", &table("after the storm"));
+        }
+        srv.signal(Signal::SIGHUP);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (answered, failed) = client.join().expect("client thread");
+    let mut srv = srv;
+    assert!(srv.child.try_wait().expect("try_wait").is_none(), "the server ended during the storm\n{}", srv.log_text());
+    assert!(
+        failed.is_empty(),
+        "{} requests failed during the storm: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(answered > 500, "only {answered} decisions in {took:?}");
+    srv.eventually(10, "the last SIGHUP's reload serves the changed file", |s| {
+        s.action("risk", r#"{"x": 50}"#) == "after the storm"
+    });
+    let reloads = srv.log_text().matches("reload (SIGHUP)").count();
+    eprintln!("1000 SIGHUPs in {took:?}: {reloads} reloads, {answered} decisions answered meanwhile");
+    assert!((1..1000).contains(&reloads), "{reloads} reloads for 1000 SIGHUPs");
+    srv.signal(Signal::SIGTERM);
+    assert_eq!(srv.wait_exit().code(), Some(0));
+}
+
+// ---------------------------------------------------------------------------------------------
 // tables swapped under the server
 
 #[test]

@@ -302,6 +302,14 @@ fn table_sources(loaded: &Loaded) -> Sources {
 
 /// Runs the appliance until SIGTERM; returns the process exit code.
 pub fn run(loaded: Loaded) -> i32 {
+    // Signals go to one thread that waits for them (this one). A thread inherits the signal
+    // mask of the thread that creates it, and a thread with SIGHUP unblocked takes it with its
+    // default action, which ends the process: they are blocked before the first thread starts
+    // (the registry's writer starts with the tables' first load).
+    let signals = signal_set();
+    if let Err(e) = signals.thread_block() {
+        log::warn!("cannot block signals: {e}");
+    }
     let cfg = &loaded.config;
     for w in &loaded.warnings {
         log::warn!("{w}");
@@ -345,11 +353,6 @@ pub fn run(loaded: Loaded) -> i32 {
     }
 
     raise_open_files_limit(cfg.server.open_files_needed(cores), cfg.server.max_connections);
-    // Signals go to one thread that waits for them: block them everywhere first.
-    let signals = signal_set();
-    if let Err(e) = signals.thread_block() {
-        log::warn!("cannot block signals: {e}");
-    }
     // 0x2000 words: 64 KiB. Unoptimised (debug) builds take several times the stack per frame:
     // a reload or a forward through the router's client would overflow it there.
     let stack_words = if cfg!(debug_assertions) { 0x8000 } else { 0x2000 };
@@ -387,7 +390,8 @@ pub fn run(loaded: Loaded) -> i32 {
     if cfg.model.watch_file {
         spawn_watcher(app.clone(), loaded.path.clone(), watched);
     }
-    let code = wait_for_signals(&app, &signals);
+    let sighup = spawn_sighup_reloader(app.clone());
+    let code = wait_for_signals(&app, &signals, sighup.as_ref());
     drop((main, admin));
     code
 }
@@ -476,13 +480,40 @@ fn signal_set() -> nix::sys::signal::SigSet {
     set
 }
 
-fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
+/// Starts the thread that reloads the tables on SIGHUP; returns what asks it to. The signal
+/// thread only asks, so that it never waits for a reload (a SIGTERM that comes during a long
+/// one is acted on at once). The channel holds one request: SIGHUPs that come while a reload
+/// runs leave one there, and coalesce into one more reload, which reads every file they may
+/// have announced.
+fn spawn_sighup_reloader(app: Arc<App>) -> Option<crossbeam::channel::Sender<()>> {
+    let (ask, asked) = crossbeam::channel::bounded::<()>(1);
+    let spawned = std::thread::Builder::new().name("clef-sighup".into()).spawn(move || {
+        while asked.recv().is_ok() {
+            let _ = app.reload("SIGHUP");
+        }
+    });
+    match spawned {
+        Ok(_) => Some(ask),
+        Err(e) => {
+            log::warn!("cannot start the SIGHUP reload thread ({e}); SIGHUP reloads on the signal thread");
+            None
+        }
+    }
+}
+
+fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet, sighup: Option<&crossbeam::channel::Sender<()>>) -> i32 {
     use nix::sys::signal::Signal;
     loop {
         match set.wait() {
-            Ok(Signal::SIGHUP) => {
-                let _ = app.reload("SIGHUP");
-            }
+            Ok(Signal::SIGHUP) => match sighup {
+                // full: a reload is asked already and has not started; this one joins it
+                Some(ask) => {
+                    let _ = ask.try_send(());
+                }
+                None => {
+                    let _ = app.reload("SIGHUP");
+                }
+            },
             Ok(sig) => {
                 log::info!("{sig}: draining: finishing in-flight requests, closing connections");
                 app.draining.store(true, Ordering::SeqCst);
