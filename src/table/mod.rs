@@ -140,7 +140,8 @@ impl fmt::Display for LoadError {
 impl std::error::Error for LoadError {}
 
 impl LoadError {
-    fn single(path: &str, message: String) -> LoadError {
+    /// A load error of one problem about the whole file.
+    pub(crate) fn single(path: &str, message: String) -> LoadError {
         LoadError::from(vec![Diagnostic::whole_file(path, message)])
     }
 
