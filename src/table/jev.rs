@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 use super::rules::RuleEngine;
 use super::spec::{build, ConditionPart, Place, RuleSpec, TableSpec};
-use super::{Limits, TableMeta};
+use super::{Limits, LoadError, TableMeta};
 use crate::diagnostic::{json_string_offset, Diagnostic, SourceFile};
 use crate::expr::check::Schema;
 use crate::expr::{Const, Env};
@@ -28,11 +28,11 @@ pub const PARAM_KEYS: &[&str] = &["value", "min", "max", "step", "tunable", "des
 const KEY_SEARCH_BYTES: usize = 4096;
 
 /// Reads a Jev table's source into a compiled engine.
-pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, TableMeta), Vec<Diagnostic>> {
+pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, TableMeta), LoadError> {
     let mut p = Loader::new(path, source);
     let top: &RawValue = match serde_json::from_str(source) {
         Ok(v) => v,
-        Err(e) => return Err(vec![p.serde_error(&e)]),
+        Err(e) => return Err(LoadError::from(vec![p.serde_error(&e)])),
     };
     let text = top.get();
     let mut meta = TableMeta::default();
@@ -93,7 +93,7 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Ta
                 limits.max_rules
             ),
         );
-        return Err(p.diags);
+        return Err(LoadError::from(p.diags));
     }
 
     let mut rules = Vec::with_capacity(rules_raw.len());
@@ -105,8 +105,8 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Ta
     let spec = TableSpec { rules, default, env, templates: false };
     let mut diags = std::mem::take(&mut p.diags);
     match build(path, source, spec, limits, &mut diags) {
-        Some(engine) => Ok((engine, meta)),
-        None => Err(diags),
+        Ok(engine) => Ok((engine, meta)),
+        Err(unlisted) => Err(LoadError::listing(diags, unlisted)),
     }
 }
 

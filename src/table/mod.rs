@@ -140,6 +140,14 @@ impl fmt::Display for LoadError {
 impl std::error::Error for LoadError {}
 
 impl LoadError {
+    /// The load error of `diagnostics`, the problems a loader listed, when it found `unlisted`
+    /// more past them (see `spec::build`).
+    pub(crate) fn listing(diagnostics: Vec<Diagnostic>, unlisted: usize) -> LoadError {
+        let mut e = LoadError::from(diagnostics);
+        e.unlisted += unlisted;
+        e
+    }
+
     /// A load error of one problem about the whole file.
     pub(crate) fn single(path: &str, message: String) -> LoadError {
         LoadError::from(vec![Diagnostic::whole_file(path, message)])
@@ -426,11 +434,11 @@ impl Table {
         })?;
         let (engine, meta) = match kind {
             TableKind::Jev => {
-                let (rules, meta) = jev::load(&shown, source, limits).map_err(LoadError::from)?;
+                let (rules, meta) = jev::load(&shown, source, limits)?;
                 (Engine::Rules(rules), meta)
             }
             TableKind::RuleSet => {
-                let (rules, meta) = ruleset::load(&shown, source, limits).map_err(LoadError::from)?;
+                let (rules, meta) = ruleset::load(&shown, source, limits)?;
                 (Engine::Rules(rules), meta)
             }
             TableKind::Flash | TableKind::FlashCompiled => flash::load(&shown, kind, source, bytes)?,
@@ -685,6 +693,33 @@ mod tests {
         let one = LoadError::from(problems(1));
         assert_eq!((one.unlisted, one.to_string()), (0, "t.json:1:1: error: problem 1".to_string()));
         assert_eq!(one.summary(), "t.json:1:1: problem 1");
+    }
+
+    #[test]
+    fn a_table_broken_in_every_rule_lists_its_first_problems_in_file_order() {
+        // Rule i is on line i + 2. Every rule has a problem the builder finds; rules 0 and 150
+        // also one the reader finds (an unknown key). The builder renders only the problems
+        // that can be listed: the listing is the first 50 of the file all the same.
+        let rules: Vec<String> = (0..200)
+            .map(|i| match i {
+                0 | 150 => format!(r#"{{"id": "r{i}", "conditon": 1, "condition": "x >", "action": {{}}}}"#),
+                _ if i % 2 == 0 => format!(r#"{{"id": "r{i}", "condition": "x >", "action": {{}}}}"#),
+                _ => format!(r#"{{"id": "r{i}", "condition": "x > 1", "action": 5}}"#),
+            })
+            .collect();
+        let text = format!("[\n{}\n]\n", rules.join(",\n"));
+        let e = Table::from_bytes(Path::new("t.json"), text.as_bytes(), &Limits::default()).unwrap_err();
+        let lines: Vec<usize> = e.diagnostics.iter().map(|d| d.line).collect();
+        let expected: Vec<usize> = [2].into_iter().chain(2..=50).collect();
+        assert_eq!(lines, expected, "{e}");
+        assert_eq!((e.count(), e.unlisted), (202, 152));
+        assert!(e.diagnostics[0].message.contains("conditon") || e.diagnostics[1].message.contains("conditon"), "{e}");
+        // a rule set the same way
+        let rules: String = (0..200).map(|i| format!("  - {{id: r{i}, when: 'x >', action: {{}}}}\n")).collect();
+        let e = Table::from_bytes(Path::new("t.yaml"), format!("rules:\n{rules}").as_bytes(), &Limits::default());
+        let e = e.unwrap_err();
+        assert_eq!(e.diagnostics.iter().map(|d| d.line).collect::<Vec<_>>(), (2..=51).collect::<Vec<_>>(), "{e}");
+        assert_eq!(e.unlisted, 150);
     }
 
     #[test]
