@@ -101,7 +101,8 @@ pub fn resolve<'t>(
         Some(table) => Ok((entry, table)),
         None => Err(Refusal::Unavailable {
             name: name.to_string(),
-            why: entry.error.clone().unwrap_or_else(|| "it has never loaded".into()),
+            // the decision port's words: no path, nothing quoted from the file
+            why: entry.error.as_ref().map_or_else(|| "it has never loaded".into(), |e| e.public(false)),
         }),
     }
 }

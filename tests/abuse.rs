@@ -390,8 +390,10 @@ enum Fate {
         status: u16,
         close: bool,
     },
-    /// reset, EOF or a refused connection: no answer
+    /// reset or EOF: sent, and no answer
     Lost,
+    /// a refused connection: the listener had closed, nothing was sent
+    Refused,
 }
 
 #[test]
@@ -412,7 +414,7 @@ fn sigterm_under_load_answers_every_request_it_reads() {
                         None => match Conn::try_open(port) {
                             Ok(c) => conn.insert(c),
                             Err(_) => {
-                                log.lock().unwrap().push((Instant::now(), Fate::Lost));
+                                log.lock().unwrap().push((Instant::now(), Fate::Refused));
                                 return;
                             }
                         },
@@ -462,6 +464,10 @@ fn sigterm_under_load_answers_every_request_it_reads() {
         .collect();
     eprintln!("{answered} decisions, {} answered 503 draining, lost early: {lost_early:?}", draining.len());
     assert!(lost_early.is_empty(), "requests sent this long before the exit got no answer: {lost_early:?}");
+    // a connection is refused only once the drain is over: after the first 503 of each client
+    let first_draining = draining.iter().map(|(at, _)| *at).min().expect("a 503");
+    let refused_early = log.iter().filter(|(at, f)| *f == Fate::Refused && *at < first_draining).count();
+    assert_eq!(refused_early, 0, "connections were refused before the drain answered any request");
 }
 
 #[test]
@@ -472,6 +478,181 @@ fn draining_closes_idle_keep_alive_connections() {
     std::thread::sleep(Duration::from_millis(300));
     srv.signal(Signal::SIGTERM);
     assert!(idle.closed_within(Duration::from_secs(3)), "an idle connection stayed open during the drain");
+    assert_eq!(srv.wait_exit().code(), Some(0));
+}
+
+/// What became of one connection opened during the drain.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Late {
+    /// answered 503 `draining` with `Connection: close`
+    Draining,
+    /// decided: the request came before the server saw the signal
+    Decided,
+    /// refused at connect: the listener had closed
+    Refused,
+    /// connected, sent its request, and got no answer (EOF or reset)
+    Dropped,
+    /// anything else
+    Other(u16),
+}
+
+#[test]
+fn connections_opened_during_the_drain_are_answered_503_until_the_listeners_close() {
+    // Connections opened after SIGTERM got EOF: the drain waited only for the connections open
+    // before it, and the process exited under the later ones.
+    let mut srv = Server::start(&plain(), &[("risk.json", &table("big"))]);
+    // an idle keep-alive connection keeps the drain going until it wakes up and closes
+    let mut idle = Conn::open(srv.port);
+    assert_eq!(idle.request("GET", "/health", &[], b"").status, 200);
+    let port = srv.port;
+    srv.signal(Signal::SIGTERM);
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut fates = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(12);
+                while Instant::now() < deadline {
+                    let fate = match TcpStream::connect_timeout(&addr(port), Duration::from_secs(2)) {
+                        Err(_) => Late::Refused,
+                        Ok(stream) => {
+                            stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+                            let mut c = Conn { stream, buf: Vec::new() };
+                            match c.try_request("POST", "/decide/risk", &[], br#"{"x": 50}"#) {
+                                Ok(r) if r.status == 503 && r.header("connection") == Some("close") => {
+                                    assert_eq!(r.json()["error"]["code"], json!("draining"), "{}", r.text());
+                                    Late::Draining
+                                }
+                                Ok(r) if r.status == 200 => Late::Decided,
+                                Ok(r) => Late::Other(r.status),
+                                Err(_) => Late::Dropped,
+                            }
+                        }
+                    };
+                    fates.push(fate);
+                    if fate == Late::Refused {
+                        break;
+                    }
+                }
+                fates
+            })
+        })
+        .collect();
+    let fates: Vec<Late> = clients.into_iter().flat_map(|c| c.join().expect("client")).collect();
+    assert_eq!(srv.wait_exit().code(), Some(0), "{}", srv.log_text());
+    let count = |f: Late| fates.iter().filter(|x| **x == f).count();
+    let others: Vec<&Late> = fates.iter().filter(|f| matches!(f, Late::Other(_))).collect();
+    let summary = format!(
+        "during the drain: {} answered 503, {} decided, {} dropped, {} refused, others {others:?}",
+        count(Late::Draining),
+        count(Late::Decided),
+        count(Late::Dropped),
+        count(Late::Refused),
+    );
+    eprintln!("{summary}");
+    assert!(count(Late::Draining) > 10, "{summary}");
+    assert_eq!(count(Late::Refused), 4, "every client ends refused once the listener closed: {summary}");
+    assert!(others.is_empty(), "{summary}");
+    // A client that connects in the instant between the listener's last accept and its close
+    // is reset by the kernel; every other one is answered.
+    assert!(count(Late::Dropped) <= 1, "{summary}");
+    assert!(idle.closed_within(Duration::from_secs(1)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// signals
+
+/// The signals each thread of process `pid` blocks (`SigBlk` of `/proc/PID/task/TID/status`),
+/// by thread id.
+fn blocked_signals(pid: u32) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("list the threads") {
+        let task = task.expect("a thread");
+        let tid: u32 = task.file_name().to_str().and_then(|t| t.parse().ok()).expect("a thread id");
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue }; // it ended
+        let mask = status.lines().find_map(|l| l.strip_prefix("SigBlk:")).expect("SigBlk in status");
+        out.push((tid, u64::from_str_radix(mask.trim(), 16).expect("a hex mask")));
+    }
+    out
+}
+
+#[test]
+fn a_storm_of_sighups_never_ends_the_server() {
+    // A thread started before the signal mask was set (the registry's writer) took the second
+    // SIGHUP that came during a reload with its default action: the process ended, and systemd
+    // counted that as a clean stop. Now every thread but the one waiting for signals blocks
+    // them, and SIGHUPs that come during a reload coalesce into one more reload.
+    let big: Vec<String> = (0..5_000)
+        .map(|i| format!(r#"{{"id": "r{i}", "condition": "x == {i}", "action": {{"a": "r{i}"}}}}"#))
+        .collect();
+    let srv = Server::start(&plain(), &[("risk.json", &table("big")), ("big.json", &format!("[{}]", big.join(",\n")))]);
+    let pid = srv.child.id();
+    let hup = 1u64 << (Signal::SIGHUP as u64 - 1);
+    let term = 1u64 << (Signal::SIGTERM as u64 - 1);
+    // A busy server has its worker threads too.
+    for _ in 0..20 {
+        assert_eq!(srv.action("risk", r#"{"x": 50}"#), "big");
+    }
+    let threads = blocked_signals(pid);
+    assert!(threads.len() >= 4, "{threads:?}");
+    for (tid, mask) in &threads {
+        // the thread in sigwait shows the signals it waits for unblocked while it waits
+        if *tid != pid {
+            assert!(mask & hup != 0 && mask & term != 0, "thread {tid} does not block SIGHUP/SIGTERM: {mask:x}");
+        }
+    }
+
+    let port = srv.port;
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut answered, mut failed) = (0u32, Vec::new());
+            let mut c = Conn::open(port);
+            while !stop.load(Ordering::Relaxed) {
+                match c.try_request("POST", "/decide/risk", &[], br#"{"x": 50}"#) {
+                    Ok(r) if r.status == 200 => answered += 1,
+                    Ok(r) => failed.push(format!("{} {}", r.status, r.text())),
+                    Err(e) => {
+                        failed.push(e.to_string());
+                        match Conn::try_open(port) {
+                            Ok(fresh) => c = fresh,
+                            Err(e) => failed.push(format!("connect: {e}")),
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            (answered, failed)
+        })
+    };
+    let started = Instant::now();
+    for n in 0..1000 {
+        if n == 990 {
+            // a change just before the last signals: the reload they coalesce into reads it
+            srv.write_table("risk.json", &table("after the storm"));
+        }
+        srv.signal(Signal::SIGHUP);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (answered, failed) = client.join().expect("client thread");
+    let mut srv = srv;
+    assert!(srv.child.try_wait().expect("try_wait").is_none(), "the server ended during the storm\n{}", srv.log_text());
+    assert!(
+        failed.is_empty(),
+        "{} requests failed during the storm: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(answered > 500, "only {answered} decisions in {took:?}");
+    srv.eventually(10, "the last SIGHUP's reload serves the changed file", |s| {
+        s.action("risk", r#"{"x": 50}"#) == "after the storm"
+    });
+    let reloads = srv.log_text().matches("reload (SIGHUP)").count();
+    eprintln!("1000 SIGHUPs in {took:?}: {reloads} reloads, {answered} decisions answered meanwhile");
+    assert!((1..1000).contains(&reloads), "{reloads} reloads for 1000 SIGHUPs");
+    srv.signal(Signal::SIGTERM);
     assert_eq!(srv.wait_exit().code(), Some(0));
 }
 
@@ -490,7 +671,9 @@ fn a_table_replaced_by_a_folder_keeps_serving_and_health_says_why() {
     assert_eq!(srv.action("risk", r#"{"x": 50}"#), "big", "the last good version still serves");
     let h = srv.health();
     assert_eq!(h["status"], json!("degraded"), "{h}");
-    assert!(h["errors"]["risk"].as_str().is_some_and(|e| e.contains("folder")), "{h}");
+    assert!(h["errors"]["risk"].as_str().is_some_and(|e| e.contains("cannot be read")), "{h}");
+    let full = call(srv.admin, "GET", "/health", &[], b"").json();
+    assert!(full["errors"]["risk"].as_str().is_some_and(|e| e.contains("folder")), "{full}");
 }
 
 #[test]
@@ -498,11 +681,120 @@ fn deleting_the_default_table_makes_health_degraded() {
     let srv = Server::start(&plain(), &[("risk.json", &table("big")), ("other.json", &table("other"))]);
     std::fs::remove_file(srv.path().join("tables/risk.json")).expect("remove");
     let r = srv.admin_post("/reload");
-    assert!(r.text().contains("\"removed\""), "{}", r.text());
+    assert!(r.text().contains("\"missing\""), "{}", r.text());
+    srv.eventually(5, "the table whose file is gone is removed", |s| s.post("/decide/risk", "{}").status == 404);
     let h = srv.health();
     assert_eq!(h["status"], json!("degraded"), "{h}");
     assert!(h["errors"]["risk"].as_str().is_some_and(|e| e.contains("default table")), "{h}");
+    assert!(h["removed"]["risk"].is_string(), "{h}");
     assert_eq!(srv.action("other", r#"{"x": 50}"#), "other");
+}
+
+#[test]
+fn the_decision_port_names_load_failures_without_paths_or_file_content() {
+    // A table that is a link to a file it should not be (here a stand-in for /etc/shadow) put the
+    // file's first line into /health's error text, with absolute paths, on the decision port.
+    let dir = tempfile::tempdir().expect("temp dir");
+    write(dir.path(), "tables/risk.json", table("big"));
+    let secret =
+        write(dir.path(), "secret.txt", "root:$6$SECRETHASH$x:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n");
+    std::os::unix::fs::symlink(&secret, dir.path().join("tables/shadow.yaml")).expect("a link");
+    write(dir.path(), "tables/also.json", BROKEN);
+    let text = plain();
+    let srv = Server::launch(dir, move |p| p.fill(&text).into_bytes(), |_, _| None);
+    let root = srv.path().to_str().unwrap().to_string();
+    let leaks = |what: &str, body: &str| {
+        for secret in ["SECRETHASH", "root", "daemon", "bogus", root.as_str(), ".yaml", ".json"] {
+            assert!(!body.contains(secret), "{what} on the decision port shows `{secret}`: {body}");
+        }
+    };
+    let h = srv.health();
+    assert_eq!(h["status"], json!("degraded"), "{h}");
+    assert!(h["errors"]["shadow"].as_str().is_some_and(|e| e.contains("not a valid table")), "{h}");
+    assert!(h["errors"]["also"].as_str().is_some_and(|e| e.contains("not a valid table")), "{h}");
+    leaks("GET /health", &h.to_string());
+    leaks("GET /tables", &srv.get("/tables").text());
+    leaks("GET /tables/shadow", &srv.get("/tables/shadow").text());
+    let refused = srv.post("/decide/shadow", "{}");
+    refused.assert_error(503, "table_unavailable");
+    leaks("POST /decide/shadow", &refused.text());
+    // The admin listener has the full messages: where the file is and what is wrong in it.
+    let full = call(srv.admin, "GET", "/health", &[], b"").json();
+    assert_eq!(full["status"], json!("degraded"), "{full}");
+    let shadow = full["errors"]["shadow"].as_str().unwrap_or_else(|| panic!("{full}"));
+    assert!(shadow.contains(&root) && shadow.contains("shadow.yaml"), "{full}");
+    assert!(full["errors"]["also"].as_str().is_some_and(|e| e.contains("bogus")), "{full}");
+    let listed = call(srv.admin, "GET", "/tables", &[], b"").text();
+    assert!(listed.contains("shadow.yaml"), "{listed}");
+}
+
+#[test]
+fn a_table_deleted_and_written_again_serves_throughout_then_goes_after_a_grace() {
+    // Deleting a table's file and writing it again (a deploy, an editor that renames the old
+    // file away before it writes the new one) answered 404 in the gap when a reload came then.
+    let srv = Server::start(&plain(), &[("risk.json", &table("v0")), ("other.json", &table("o"))]);
+    let port = srv.port;
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut answered, mut refused) = (0u32, Vec::new());
+            let mut c = Conn::open(port);
+            while !stop.load(Ordering::Relaxed) {
+                let r = c.request("POST", "/decide/risk", &[], br#"{"x": 50}"#);
+                match r.status {
+                    200 => answered += 1,
+                    _ => refused.push(r.text()),
+                }
+            }
+            (answered, refused)
+        })
+    };
+    let path = srv.path().join("tables/risk.json");
+    for n in 1..=10 {
+        if n % 2 == 0 {
+            std::fs::remove_file(&path).expect("delete");
+        } else {
+            // vim's way: the old file is renamed to a backup, the new one written
+            std::fs::rename(&path, srv.path().join("tables/risk.json~")).expect("rename away");
+        }
+        let r = srv.admin_post("/reload").text();
+        assert!(r.contains(r#""table":"risk","result":"missing""#), "{r}");
+        std::thread::sleep(Duration::from_millis(50));
+        srv.write_table("risk.json", &table(&format!("v{n}")));
+        let r = srv.admin_post("/reload").text();
+        assert!(r.contains(r#""table":"risk","result":"loaded""#), "{r}");
+        let _ = std::fs::remove_file(srv.path().join("tables/risk.json~"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (answered, refused) = client.join().expect("client");
+    assert!(refused.is_empty(), "{} of {} decisions refused: {:?}", refused.len(), answered, refused.first());
+    assert!(answered > 20, "only {answered} decisions");
+    assert_eq!(srv.action("risk", r#"{"x": 50}"#), "v10");
+
+    // Gone for good: it serves for the grace, /health says the file is missing, then it goes.
+    std::fs::remove_file(&path).expect("delete");
+    let gone = Instant::now();
+    let r = srv.admin_post("/reload").json();
+    assert_eq!(r["tables"][1]["result"], json!("missing"), "{r}");
+    assert_eq!(srv.action("risk", r#"{"x": 50}"#), "v10");
+    let h = srv.health();
+    assert_eq!(h["status"], json!("degraded"), "{h}");
+    assert!(h["errors"]["risk"].as_str().is_some_and(|e| e.contains("gone")), "{h}");
+    srv.eventually(5, "the table is removed", |s| s.post("/decide/risk", "{}").status == 404);
+    let after = gone.elapsed();
+    assert!(after >= Duration::from_millis(1900), "removed after {after:?}, before the grace ended");
+    let h = srv.health();
+    assert!(h["removed"]["risk"].is_string(), "{h}");
+    assert!(h["errors"]["risk"].as_str().is_some_and(|e| e.contains("default table")), "{h}");
+    assert!(srv.log_text().contains("table risk: its file has been gone for 2 s; removed"));
+    // and it comes back when its file does
+    srv.write_table("risk.json", &table("back"));
+    let r = srv.admin_post("/reload").text();
+    assert!(r.contains(r#""table":"risk","result":"loaded""#), "{r}");
+    let h = srv.health();
+    assert_eq!(h["status"], json!("ok"), "{h}");
+    assert!(h.get("removed").is_none(), "{h}");
 }
 
 // ---------------------------------------------------------------------------------------------

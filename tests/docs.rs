@@ -1185,8 +1185,19 @@ fn endpoints_and_response_fields_are_documented() {
     std::fs::remove_file(tables.join("gone.json")).expect("remove gone.json");
     let reload = server.json(true, "POST", "/reload", "");
     let results = set(reload["tables"].as_array().expect("tables").iter().filter_map(|t| t["result"].as_str()));
-    assert_eq!(results, set(["failed", "loaded", "removed", "unchanged"]), "{reload}");
+    assert_eq!(results, set(["failed", "loaded", "missing", "unchanged"]), "{reload}");
     record("POST", "/reload", reload);
+    // the table whose file is gone is removed after a grace; /health lists it then
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let removed = loop {
+        let health = server.json(false, "GET", "/health", "");
+        if health.get("removed").is_some() {
+            break health;
+        }
+        assert!(Instant::now() < deadline, "gone.json's table was never removed: {health}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    record("GET", "/health", removed);
     record("GET", "/tables/{name}", server.json(true, "GET", "/tables/t", ""));
     record("POST", "/tables/{name}/rollback", server.json(true, "POST", "/tables/t/rollback", ""));
     record("GET", "/tables/{name}", server.json(true, "GET", "/tables/t", ""));

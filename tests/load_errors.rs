@@ -480,3 +480,57 @@ fn a_broken_declaration_is_reported_once() {
     let stderr = String::from_utf8_lossy(&check(&path).stderr).into_owned();
     assert!(stderr.contains("unknown parameter `min`"), "{stderr}");
 }
+
+/// `clef check PATH`, killed when it takes longer than `limit`: its exit code, stderr and time.
+fn check_within(path: &Path, limit: std::time::Duration) -> (Option<i32>, String, std::time::Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let err = dir.path().join("stderr");
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clef"))
+        .arg("check")
+        .arg(path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("run clef check");
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("clef check {} took more than {limit:?}", path.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (status.code(), std::fs::read_to_string(&err).unwrap(), started.elapsed())
+}
+
+#[test]
+fn a_generated_table_broken_in_every_rule_is_checked_in_linear_time_with_a_bounded_report() {
+    // 100,000 rules, each with a problem: positioning each diagnostic by counting the lines
+    // before it took minutes (quadratic), and the report was 30 MB. Now the time grows with
+    // the file and the report lists the first problems and counts the rest.
+    let dir = tempfile::tempdir().unwrap();
+    let rules: Vec<String> = (0..100_000)
+        .map(|i| match i % 3 {
+            0 => format!(r#"{{"id": "r{i}", "condition": "bogus(x) >", "action": {{}}}}"#),
+            1 => format!(r#"{{"id": "r{i}", "condition": "x > 1", "action": "not an object"}}"#),
+            _ => format!(r#"{{"id": "r{i}", "condition": "x >", "action": {{}}}}"#),
+        })
+        .collect();
+    let path = dir.path().join("generated.json");
+    std::fs::write(&path, format!("[\n{}\n]\n", rules.join(",\n"))).unwrap();
+    // a debug build is several times slower; either way far below the minutes it took
+    let limit = std::time::Duration::from_secs(if cfg!(debug_assertions) { 90 } else { 10 });
+    let (code, stderr, took) = check_within(&path, limit);
+    eprintln!("clef check of 100,000 broken rules: {took:?}, {} bytes of report", stderr.len());
+    assert_eq!(code, Some(1), "{}", &stderr[..stderr.len().min(2000)]);
+    let p = path.display().to_string();
+    let errors = stderr.lines().filter(|l| l.starts_with(&format!("{p}:")) && l.contains(": error: ")).count();
+    assert_eq!(errors, 50, "{}", &stderr[..stderr.len().min(2000)]);
+    assert!(stderr.contains(&format!("{p}:2:")), "the first problem is listed: {stderr}");
+    assert!(stderr.contains(&format!("{p}: 99950 more problems are not listed")), "{stderr}");
+    assert!(stderr.len() < 64 * 1024, "{} bytes of report", stderr.len());
+}

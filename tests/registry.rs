@@ -635,3 +635,108 @@ fn concurrent_switches_and_reloads_end_in_one_consistent_state() {
     let srv = restart(srv, &cfg);
     check(&srv);
 }
+
+/// `DIR/server.log`'s size in bytes.
+fn log_bytes(srv: &Server) -> u64 {
+    std::fs::metadata(&srv.log).map(|m| m.len()).unwrap_or(0)
+}
+
+#[test]
+fn a_broken_table_of_100000_rules_fails_fast_and_holds_up_no_other_change() {
+    // A generated table with a problem in every rule kept the writer busy for half a minute (a
+    // kill switch on another table waited as long), wrote 90 MB of log for one load and kept
+    // the memory. Now its load fails in linear time, lists the first problems, compiles on a
+    // thread of its own while kill switches on other tables go through, and gives the memory back.
+    let srv = Server::start(&two_workers(), &[("risk.json", &table("big")), ("other.json", &table("o"))]);
+    let rss_before = srv.rss_kib();
+    let log_before = log_bytes(&srv);
+    let rules: Vec<String> = (0..100_000)
+        .map(|i| match i % 3 {
+            0 => format!(r#"{{"id": "r{i}", "condition": "bogus(x) >", "action": {{}}}}"#),
+            1 => format!(r#"{{"id": "r{i}", "condition": "x > 1", "action": "not an object"}}"#),
+            _ => format!(r#"{{"id": "r{i}", "condition": "x >", "action": {{}}}}"#),
+        })
+        .collect();
+    srv.write_table("broken.json", &format!("[\n{}\n]\n", rules.join(",\n")));
+
+    let admin = srv.admin;
+    let reloading = std::thread::spawn(move || {
+        let started = Instant::now();
+        let mut c = Conn::open(admin);
+        c.stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let r = c.request("POST", "/reload", &[], b"");
+        (r, started.elapsed())
+    });
+    // Meanwhile: kill switches on another table, and the table listings, answer at once.
+    let (mut switched, mut slowest_switch, mut slowest_listing, mut peak_kib) =
+        (0u32, Duration::ZERO, Duration::ZERO, 0);
+    while !reloading.is_finished() {
+        let started = Instant::now();
+        let r = switch(&srv, "risk", "vip", if switched % 2 == 1 { "true" } else { "false" });
+        assert_eq!(r.status, 200, "{}", r.text());
+        slowest_switch = slowest_switch.max(started.elapsed());
+        switched += 1;
+        let started = Instant::now();
+        assert_eq!(call(srv.admin, "GET", "/tables", &[], b"").status, 200);
+        assert_eq!(srv.get("/tables").status, 200);
+        slowest_listing = slowest_listing.max(started.elapsed());
+        peak_kib = peak_kib.max(srv.rss_kib());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (answer, took) = reloading.join().unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let j = answer.json();
+    let broken = reload_entry(&j, "broken");
+    assert_eq!(broken["result"], json!("failed"), "{}", &answer.text()[..2000.min(answer.text().len())]);
+    let error = broken["error"].as_str().unwrap();
+    assert!(error.contains("99950 more problems are not listed"), "{}", &error[error.len().saturating_sub(500)..]);
+    let log_growth = log_bytes(&srv) - log_before;
+    eprintln!(
+        "100,000 broken rules: the reload failed in {took:?}, answer {} bytes, log +{log_growth} bytes; {switched} \
+         kill switches meanwhile, the slowest {slowest_switch:?}, the slowest two listings {slowest_listing:?}; \
+         RSS {rss_before} KiB before, {peak_kib} KiB at most during",
+        answer.body.len()
+    );
+    assert!(answer.body.len() < 256 * 1024, "the answer of POST /reload is {} bytes", answer.body.len());
+    assert!(log_growth < 1024 * 1024, "one failed load wrote {log_growth} bytes of log");
+    // Compiling in a debug build is many times slower. A kill switch waits for no compiling, but
+    // writes the state file (fsync) before it answers: a busy disk can take a while.
+    let (load_limit, switch_limit, listing_limit) = if cfg!(debug_assertions) {
+        (Duration::from_secs(60), Duration::from_millis(1000), Duration::from_millis(1000))
+    } else {
+        (Duration::from_secs(2), Duration::from_millis(250), Duration::from_millis(100))
+    };
+    assert!(took < load_limit, "the broken table took {took:?} to fail");
+    assert!(switched >= 1, "no kill switch was tried while the table compiled ({took:?})");
+    assert!(slowest_switch < switch_limit, "a kill switch on another table waited {slowest_switch:?} during the load");
+    assert!(slowest_listing < listing_limit, "two table listings took {slowest_listing:?} during the load");
+    // the switches hold, in order: an even number of them leaves the rule on
+    let (off, _) = switches(&srv, "risk");
+    assert_eq!(off.is_empty(), switched % 2 == 0, "{off:?} after {switched} switches");
+    // the memory of the failed load goes back
+    let settled = rss_settles(&srv, rss_before + 20 * 1024, Duration::from_secs(5));
+    assert!(settled <= rss_before + 20 * 1024, "RSS {rss_before} KiB before, {settled} KiB after the failed load");
+
+    // The same bytes again: not compiled again, and the log says so in one line.
+    let started = Instant::now();
+    let again = reload_entry(&reload(&srv), "broken");
+    let second = started.elapsed();
+    assert_eq!(again["result"], json!("failed"), "{again}");
+    assert!(second < Duration::from_secs(1), "a reload of the same broken bytes took {second:?}");
+    let text = srv.log_text();
+    assert!(text.contains("table broken: its file still fails to load as before"), "{}", &text[text.len() - 2000..]);
+    let h = call(srv.admin, "GET", "/health", &[], b"").json();
+    assert!(h["errors"]["broken"].as_str().is_some_and(|e| e.contains("(and 99999 more problems)")), "{h}");
+}
+
+/// Waits at most `within` for the server's RSS to come down to `limit_kib`; returns the last reading.
+fn rss_settles(srv: &Server, limit_kib: u64, within: Duration) -> u64 {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = srv.rss_kib();
+        if now <= limit_kib || Instant::now() >= deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

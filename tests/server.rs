@@ -324,7 +324,11 @@ fn a_table_that_fails_at_start_makes_health_degraded_and_is_503() {
     let h = r.json();
     assert_eq!(h["status"], json!("degraded"), "{h}");
     let err = h["errors"]["broken"].as_str().unwrap_or_else(|| panic!("no errors.broken: {h}"));
-    assert!(err.contains("bogus"), "the diagnostic names the problem: {err}");
+    // the decision port names the kind of failure; the admin listener has the diagnostic
+    assert!(err.contains("not a valid table") && !err.contains("bogus"), "{err}");
+    let full = call(srv.admin, "GET", "/health", &[], b"").json();
+    let detail = full["errors"]["broken"].as_str().unwrap_or_else(|| panic!("no errors.broken: {full}"));
+    assert!(detail.contains("bogus") && detail.contains("broken.json"), "the diagnostic names the problem: {detail}");
     assert_eq!(h["tables"]["risk"], json!(sha12(table("big").as_bytes())), "{h}");
     assert!(h["tables"].get("broken").is_none(), "{h}");
     for key in ["uptime_seconds", "version", "inflight", "load"] {
@@ -647,7 +651,9 @@ fn post_reload_answers_each_tables_result() {
     assert_eq!(of("changed")["version"], json!(sha12(table("c2").as_bytes())), "{j}");
     assert_eq!(of("same")["result"], json!("unchanged"), "{j}");
     assert_eq!(of("new")["result"], json!("loaded"), "{j}");
-    assert_eq!(of("gone")["result"], json!("removed"), "{j}");
+    // a file that is gone serves for a moment (an editor's save, a deploy), then the table goes
+    assert_eq!(of("gone")["result"], json!("missing"), "{j}");
+    assert_eq!(of("gone")["serving"], json!(sha12(table("g").as_bytes())), "{j}");
     let breaks = of("breaks");
     assert_eq!(breaks["result"], json!("failed"), "{j}");
     assert!(breaks["error"].as_str().is_some_and(|e| e.contains("bogus")), "the diagnostic is included: {j}");
@@ -655,6 +661,7 @@ fn post_reload_answers_each_tables_result() {
     assert_eq!(srv.action("changed", r#"{"x": 50}"#), "c2");
     assert_eq!(srv.action("breaks", r#"{"x": 50}"#), "b");
     assert_eq!(srv.action("new", r#"{"x": 50}"#), "n");
+    srv.eventually(5, "the table whose file is gone is removed", |s| s.post("/decide/gone", "{}").status == 404);
     srv.post("/decide/gone", "{}").assert_error(404, "unknown_table");
     let h = srv.health();
     assert_eq!(h["status"], json!("degraded"), "{h}");

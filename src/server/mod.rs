@@ -62,6 +62,8 @@ pub struct App {
     /// the Clef router (SPEC §7), when `router:` names instances
     pub router: Option<Arc<crate::router::Router>>,
     draining: AtomicBool,
+    /// set at the end of a drain: the listeners accept what is queued, then close
+    closing: AtomicBool,
     inflight: Vec<CachePadded<AtomicI64>>,
     busy_ns: Vec<CachePadded<AtomicU64>>,
     load_bits: AtomicU64,
@@ -153,7 +155,7 @@ impl App {
     /// the metrics. Unchanged tables are quiet unless they recovered, so that a SIGHUP on a box
     /// with many tables says what changed, not what did not.
     fn reloaded(&self, why: &str, outcomes: &[(String, Outcome)]) {
-        let (mut loaded, mut unchanged, mut failed, mut removed) = (0, 0, 0, 0);
+        let (mut loaded, mut unchanged, mut failed, mut removed, mut missing) = (0, 0, 0, 0, 0);
         for (name, outcome) in outcomes {
             match outcome {
                 Outcome::Loaded { version, recovered } => {
@@ -175,13 +177,22 @@ impl App {
                         );
                     }
                 }
-                Outcome::Failed { error, serving } => {
+                Outcome::Failed { error, serving, again } => {
                     failed += 1;
-                    match serving {
-                        Some(v) => log::error!("table {name}: new file failed to load; still serving {v}:\n{error}"),
-                        None => log::error!("table {name}: failed to load:\n{error}"),
+                    match (serving, again) {
+                        // its diagnostics are in the log already, and in GET /health on the admin listener
+                        (Some(v), true) => {
+                            log::warn!("table {name}: its file still fails to load as before; still serving {v}")
+                        }
+                        (None, true) => log::warn!("table {name}: its file still fails to load as before"),
+                        (Some(v), false) => {
+                            log::error!("table {name}: new file failed to load; still serving {v}:\n{error}")
+                        }
+                        (None, false) => log::error!("table {name}: failed to load:\n{error}"),
                     }
                 }
+                // the registry said so when the file went; it says so again when the table goes
+                Outcome::Missing { .. } => missing += 1,
                 Outcome::Removed => {
                     removed += 1;
                     log::warn!("table {name}: file removed; no longer served");
@@ -190,8 +201,9 @@ impl App {
         }
         let n = outcomes.len();
         let tables = if n == 1 { "table" } else { "tables" };
+        let missing = if missing > 0 { format!(", {missing} missing") } else { String::new() };
         let summary = format!(
-            "reload ({why}): {n} {tables}: {loaded} loaded, {unchanged} unchanged, {failed} failed, {removed} removed"
+            "reload ({why}): {n} {tables}: {loaded} loaded, {unchanged} unchanged, {failed} failed, {removed} removed{missing}"
         );
         if failed == 0 {
             log::info!("{summary}");
@@ -266,6 +278,7 @@ impl App {
             stages: Stages::new(&cfg.model, recorder, tuner),
             router: cfg.router.enabled().then(|| crate::router::Router::new(&cfg.router)),
             draining: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             inflight: (0..STRIPES).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
             busy_ns: (0..STRIPES).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
             load_bits: AtomicU64::new(0f64.to_bits()),
@@ -313,6 +326,14 @@ fn table_sources(loaded: &Loaded) -> Sources {
 
 /// Runs the appliance until SIGTERM; returns the process exit code.
 pub fn run(loaded: Loaded) -> i32 {
+    // Signals go to one thread that waits for them (this one). A thread inherits the signal
+    // mask of the thread that creates it, and a thread with SIGHUP unblocked takes it with its
+    // default action, which ends the process: they are blocked before the first thread starts
+    // (the registry's writer starts with the tables' first load).
+    let signals = signal_set();
+    if let Err(e) = signals.thread_block() {
+        log::warn!("cannot block signals: {e}");
+    }
     let cfg = &loaded.config;
     for w in &loaded.warnings {
         log::warn!("{w}");
@@ -356,11 +377,6 @@ pub fn run(loaded: Loaded) -> i32 {
     }
 
     raise_open_files_limit(cfg.server.open_files_needed(cores), cfg.server.max_connections);
-    // Signals go to one thread that waits for them: block them everywhere first.
-    let signals = signal_set();
-    if let Err(e) = signals.thread_block() {
-        log::warn!("cannot block signals: {e}");
-    }
     // 0x2000 words: 64 KiB. Unoptimised (debug) builds take several times the stack per frame:
     // a reload or a forward through the router's client would overflow it there.
     let stack_words = if cfg!(debug_assertions) { 0x8000 } else { 0x2000 };
@@ -398,36 +414,81 @@ pub fn run(loaded: Loaded) -> i32 {
     if cfg.model.watch_file {
         spawn_watcher(app.clone(), loaded.path.clone(), watched);
     }
-    let code = wait_for_signals(&app, &signals);
-    drop((main, admin));
-    code
+    let sighup = spawn_sighup_reloader(app.clone());
+    let stop = wait_for_signals(&app, &signals, sighup.as_ref());
+    log::info!("{stop}: draining: finishing in-flight requests, closing connections");
+    app.draining.store(true, Ordering::SeqCst);
+    notify::stopping();
+    drain(&app, [Some(main), admin].into_iter().flatten().collect());
+    if let Some(recorder) = &app.stages.recorder {
+        // every snapshot of an answered decision reaches the disk before the exit
+        recorder.shutdown();
+    }
+    if let Some(tuner) = &app.stages.tuner {
+        tuner.save();
+    }
+    log::info!("stopped");
+    0
 }
 
-/// Binds the decision listener and the admin listener (unless `admin.listen` is empty),
-/// each owning its port; an admin address that overlaps the decision listener is refused.
-/// Waits until every request in flight is answered and every connection open at SIGTERM
-/// has closed (idle ones close within [`conn::IDLE_SLICE`]; busy ones after their next
-/// answer, which says `Connection: close`), at most [`DRAIN_DEADLINE`]. The listeners
-/// stay open meanwhile: a client that reconnects gets its 503 `draining` rather than a
-/// refused connection, and only requests racing the exit itself can be cut.
-fn drain(app: &App) {
+/// A listener's accept loop, and where it listens.
+struct Listening {
+    accepting: may::coroutine::JoinHandle<()>,
+    at: std::net::SocketAddr,
+}
+
+/// Waits until every request in flight is answered and every connection open at SIGTERM has
+/// closed (idle ones close within [`conn::IDLE_SLICE`]; busy ones after their next answer, which
+/// says `Connection: close`), at most [`DRAIN_DEADLINE`]. The listeners stay open meanwhile: a
+/// client that reconnects gets its 503 `draining` rather than a refused connection. Then the
+/// listeners take the connections already queued and close, and the drain waits for every
+/// connection they accepted to be answered: from then on a client is refused at connect, and
+/// only one that connects in the instant between the last accept and the close is reset.
+fn drain(app: &App, listeners: Vec<Listening>) {
     let deadline = Instant::now() + DRAIN_DEADLINE;
-    loop {
-        let quiet = app.inflight() == 0 && app.open_before_drain.load(Ordering::SeqCst) == 0;
-        if quiet || Instant::now() >= deadline {
-            break;
-        }
+    let quiet = |before_drain_only: bool| {
+        let open =
+            if before_drain_only { app.open_before_drain.load(Ordering::SeqCst) } else { app.open_connections() };
+        app.inflight() == 0 && open == 0
+    };
+    while !quiet(true) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    close_listeners(app, listeners, deadline);
+    while !quiet(false) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     // the last answers are written; let them leave before the exit closes their sockets
     std::thread::sleep(Duration::from_millis(20));
 }
 
-fn bind_listeners(
-    app: &Arc<App>,
-    main_addr: &str,
-    admin_addr: &str,
-) -> Result<(may::coroutine::JoinHandle<()>, Option<may::coroutine::JoinHandle<()>>), String> {
+/// Makes each listener accept what is queued and close: the accept loops see `closing` once a
+/// connection wakes them, and this connects to each to be that connection.
+fn close_listeners(app: &App, listeners: Vec<Listening>, deadline: Instant) {
+    app.closing.store(true, Ordering::SeqCst);
+    for l in &listeners {
+        let mut to = l.at;
+        if to.ip().is_unspecified() {
+            to.set_ip(match to {
+                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        // closed at once: its connection ends as soon as it is accepted
+        if let Err(e) = std::net::TcpStream::connect_timeout(&to, Duration::from_millis(200)) {
+            log::warn!("cannot reach the listener on {to} to close it ({e}); it closes at the exit");
+        }
+    }
+    for l in listeners {
+        while !l.accepting.is_done() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// Binds the decision listener and the admin listener (unless `admin.listen` is empty),
+/// each owning its port; an admin address that overlaps the decision listener is refused.
+fn bind_listeners(app: &Arc<App>, main_addr: &str, admin_addr: &str) -> Result<(Listening, Option<Listening>), String> {
     let main_at = socket::resolve(main_addr).map_err(|e| format!("cannot listen on {main_addr}: {e}"))?;
     let admin_at = if admin_addr.is_empty() {
         None
@@ -487,28 +548,46 @@ fn signal_set() -> nix::sys::signal::SigSet {
     set
 }
 
-fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
+/// Starts the thread that reloads the tables on SIGHUP; returns what asks it to. The signal
+/// thread only asks, so that it never waits for a reload (a SIGTERM that comes during a long
+/// one is acted on at once). The channel holds one request: SIGHUPs that come while a reload
+/// runs leave one there, and coalesce into one more reload, which reads every file they may
+/// have announced.
+fn spawn_sighup_reloader(app: Arc<App>) -> Option<crossbeam::channel::Sender<()>> {
+    let (ask, asked) = crossbeam::channel::bounded::<()>(1);
+    let spawned = std::thread::Builder::new().name("clef-sighup".into()).spawn(move || {
+        while asked.recv().is_ok() {
+            let _ = app.reload("SIGHUP");
+        }
+    });
+    match spawned {
+        Ok(_) => Some(ask),
+        Err(e) => {
+            log::warn!("cannot start the SIGHUP reload thread ({e}); SIGHUP reloads on the signal thread");
+            None
+        }
+    }
+}
+
+/// Waits for signals, reloading on SIGHUP, until one that stops the server; returns it.
+fn wait_for_signals(
+    app: &App,
+    set: &nix::sys::signal::SigSet,
+    sighup: Option<&crossbeam::channel::Sender<()>>,
+) -> nix::sys::signal::Signal {
     use nix::sys::signal::Signal;
     loop {
         match set.wait() {
-            Ok(Signal::SIGHUP) => {
-                let _ = app.reload("SIGHUP");
-            }
-            Ok(sig) => {
-                log::info!("{sig}: draining: finishing in-flight requests, closing connections");
-                app.draining.store(true, Ordering::SeqCst);
-                notify::stopping();
-                drain(app);
-                if let Some(recorder) = &app.stages.recorder {
-                    // every snapshot of an answered decision reaches the disk before the exit
-                    recorder.shutdown();
+            Ok(Signal::SIGHUP) => match sighup {
+                // full: a reload is asked already and has not started; this one joins it
+                Some(ask) => {
+                    let _ = ask.try_send(());
                 }
-                if let Some(tuner) = &app.stages.tuner {
-                    tuner.save();
+                None => {
+                    let _ = app.reload("SIGHUP");
                 }
-                log::info!("stopped");
-                return 0;
-            }
+            },
+            Ok(sig) => return sig,
             Err(e) => {
                 log::error!("waiting for signals failed: {e}");
                 std::thread::sleep(Duration::from_millis(100));
@@ -517,16 +596,13 @@ fn wait_for_signals(app: &App, set: &nix::sys::signal::SigSet) -> i32 {
     }
 }
 
-fn listen(
-    app: &Arc<App>,
-    addr: std::net::SocketAddr,
-    listener: Listener,
-) -> std::io::Result<may::coroutine::JoinHandle<()>> {
+fn listen(app: &Arc<App>, addr: std::net::SocketAddr, listener: Listener) -> std::io::Result<Listening> {
     let socket = socket::bind_exclusive(addr)?;
+    let at = socket.local_addr()?;
     let app = app.clone();
-    let handle = may::go!(move || {
+    let accepting = may::go!(move || {
         for stream in socket.incoming() {
-            let mut stream = match stream {
+            let stream = match stream {
                 Ok(s) => s,
                 Err(e) => {
                     log::warn!("accept failed: {e}");
@@ -534,39 +610,55 @@ fn listen(
                     continue;
                 }
             };
-            // The admin listener has its own small budget: a flood on the decision port
-            // must not lock operators out.
-            let (open, max) = match listener {
-                Listener::Main => (&app.open[0], app.max_connections),
-                Listener::Admin => (&app.open[1], ADMIN_MAX_CONNECTIONS),
-            };
-            if open.load(Ordering::Relaxed) >= max {
-                app.stats.connection_rejected();
-                drop(stream);
-                continue;
-            }
-            open.fetch_add(1, Ordering::Relaxed);
-            // Connections that arrive during the drain are answered 503 and closed; the
-            // drain does not wait for them.
-            let before_drain = !app.is_draining();
-            if before_drain {
-                app.open_before_drain.fetch_add(1, Ordering::SeqCst);
-            }
-            app.stats.connection_accepted();
-            let app = app.clone();
-            may::go!(move || {
-                socket::tune_accepted(&stream);
-                app.serve_connection(listener, &mut stream);
-                drop(stream);
-                let open = if listener == Listener::Main { &app.open[0] } else { &app.open[1] };
-                open.fetch_sub(1, Ordering::Relaxed);
-                if before_drain {
-                    app.open_before_drain.fetch_sub(1, Ordering::SeqCst);
+            if app.closing.load(Ordering::SeqCst) {
+                // the end of a drain: what is queued is served (each answered 503), then the
+                // socket closes and new connections are refused
+                accepted(&app, listener, stream);
+                while let Ok((queued, _)) = socket.inner().accept() {
+                    match queued.set_nonblocking(true) {
+                        Ok(()) => accepted(&app, listener, clef_sys::may_stream(queued)),
+                        Err(e) => log::warn!("accept failed: {e}"),
+                    }
                 }
-            });
+                return;
+            }
+            accepted(&app, listener, stream);
         }
     });
-    Ok(handle)
+    Ok(Listening { accepting, at })
+}
+
+/// Serves a connection `listener` accepted on a coroutine of its own, unless there are too many.
+fn accepted(app: &Arc<App>, listener: Listener, mut stream: may::net::TcpStream) {
+    // The admin listener has its own small budget: a flood on the decision port must not lock
+    // operators out.
+    let (open, max) = match listener {
+        Listener::Main => (&app.open[0], app.max_connections),
+        Listener::Admin => (&app.open[1], ADMIN_MAX_CONNECTIONS),
+    };
+    if open.load(Ordering::Relaxed) >= max {
+        app.stats.connection_rejected();
+        return;
+    }
+    open.fetch_add(1, Ordering::Relaxed);
+    // Connections that arrive during the drain are answered 503 and closed; the first part of
+    // the drain does not wait for them.
+    let before_drain = !app.is_draining();
+    if before_drain {
+        app.open_before_drain.fetch_add(1, Ordering::SeqCst);
+    }
+    app.stats.connection_accepted();
+    let app = app.clone();
+    may::go!(move || {
+        socket::tune_accepted(&stream);
+        app.serve_connection(listener, &mut stream);
+        drop(stream);
+        let open = if listener == Listener::Main { &app.open[0] } else { &app.open[1] };
+        open.fetch_sub(1, Ordering::Relaxed);
+        if before_drain {
+            app.open_before_drain.fetch_sub(1, Ordering::SeqCst);
+        }
+    });
 }
 
 /// Once a second, turns the workers' busy time into `/health`'s `load`, and gives back to the

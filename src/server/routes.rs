@@ -14,7 +14,7 @@ use crate::decide::{self as pipeline, Refusal, Routed};
 use crate::expr::json::{write_json_float, write_json_string, write_string_map};
 use crate::metrics::{self, Gauges, TableLoad, TableSource, TableView};
 use crate::router::forward::{Answer, Endpoint, Outgoing};
-use crate::table::registry::{Outcome, Reloaded, RollbackError, Tables};
+use crate::table::registry::{Entry, Outcome, Reloaded, RollbackError, Tables};
 use crate::table::{write_timestamp, Table};
 
 /// Which listener a request came in on.
@@ -144,7 +144,7 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
         // so that clients and load balancers move on instead of reusing it until the exit.
         rsp.close = true;
         if matches!(route(req.path), Route::Health) {
-            health(app, rsp);
+            health(app, admin, rsp);
         } else {
             rsp.error(503, "draining", "the server is shutting down; retry on another instance");
         }
@@ -237,9 +237,9 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
             }
             authz(app, &name, asked, req, rsp)
         }
-        Route::Health => health(app, rsp),
+        Route::Health => health(app, admin, rsp),
         Route::Metrics => metrics_text(app, req, rsp),
-        Route::Tables => tables(app, rsp),
+        Route::Tables => tables(app, admin, rsp),
         Route::Table(name) => table(app, &name, admin, rsp),
         Route::Reload => reload(app, rsp),
         Route::Rollback(name) => rollback(app, &name, rsp),
@@ -611,27 +611,42 @@ fn authz_input(asked: &str, req: &Request<'_>) -> String {
     serde_json::json!({"method": method, "path": path, "query": query, "headers": headers}).to_string()
 }
 
-/// What makes `/health` `degraded`, by table: a latest file that failed to load, and a
-/// default table that is not being served (`POST /decide` would answer 404 or 503).
-fn health_problems(app: &App, tables: &Tables) -> Vec<(String, String)> {
-    let mut problems: Vec<(String, String)> = tables.errors().map(|(n, e)| (n.to_string(), e.to_string())).collect();
+/// One thing that makes `/health` `degraded`: what it concerns (a table's name) and what is
+/// wrong, said twice: for the decision port, naming no path and quoting nothing of a file (a
+/// table may be a link to any file the service can read), and in full for the admin listener.
+struct HealthProblem {
+    subject: String,
+    public: String,
+    detail: String,
+}
+
+/// What makes `/health` `degraded`: tables whose latest file failed to load, and a default table
+/// that is not being served (`POST /decide` would answer 404 or 503).
+fn health_problems(app: &App, tables: &Tables) -> Vec<HealthProblem> {
+    let mut problems: Vec<HealthProblem> = tables
+        .errors()
+        .map(|(name, entry, e)| HealthProblem {
+            subject: name.to_string(),
+            public: e.public(entry.current.is_some()),
+            detail: e.summary.clone(),
+        })
+        .collect();
     if let Some(default) = app.default_table.as_deref() {
         let serving = tables.get(default).is_some_and(|entry| entry.current.is_some());
-        let reported = problems.iter().any(|(n, _)| *n == default);
+        let reported = problems.iter().any(|p| p.subject == default);
         if !serving && !reported {
-            problems.push((
-                default.to_string(),
-                format!(
-                    "the default table \"{default}\" (model.default_table) is not loaded: no table file of that \
-                     name in the tables folder; POST /decide answers 404 until one appears"
-                ),
-            ));
+            let message = format!(
+                "the default table \"{default}\" (model.default_table) is not loaded: no table file of that name in \
+                 the tables folder; POST /decide answers 404 until one appears"
+            );
+            problems.push(HealthProblem { subject: default.to_string(), public: message.clone(), detail: message });
         }
     }
     problems
 }
 
-fn health(app: &App, rsp: &mut Response) {
+/// `GET /health`; on the decision port, problems are named without paths or file content.
+fn health(app: &App, admin: bool, rsp: &mut Response) {
     let tables = app.registry.snapshot();
     let draining = app.is_draining();
     let problems = health_problems(app, &tables);
@@ -669,8 +684,24 @@ fn health(app: &App, rsp: &mut Response) {
     let _ = write!(b, "}},\"inflight\":{},\"load\":", app.inflight());
     write_json_float(app.load(), b);
     if !problems.is_empty() {
+        let said: Vec<(String, String)> =
+            problems.into_iter().map(|p| (p.subject, if admin { p.detail } else { p.public })).collect();
         b.push_str(",\"errors\":");
-        write_string_map(&problems, b);
+        write_string_map(&said, b);
+    }
+    if !tables.removed.is_empty() {
+        // tables whose file went away, and when they stopped serving
+        b.push_str(",\"removed\":{");
+        for (i, (name, at)) in tables.removed.iter().enumerate() {
+            if i > 0 {
+                b.push(',');
+            }
+            write_json_string(name, b);
+            b.push_str(":\"");
+            write_timestamp(*at, b);
+            b.push('"');
+        }
+        b.push('}');
     }
     others.write(b);
     b.push('}');
@@ -831,7 +862,8 @@ fn write_table_summary(t: &Table, b: &mut String) {
     b.push('"');
 }
 
-fn tables(app: &App, rsp: &mut Response) {
+/// `GET /tables`; load errors in full (paths, lines of the file) only on the admin listener.
+fn tables(app: &App, admin: bool, rsp: &mut Response) {
     let tables = app.registry.snapshot();
     let b = &mut rsp.body;
     b.push_str("{\"tables\":[");
@@ -849,10 +881,7 @@ fn tables(app: &App, rsp: &mut Response) {
             }
             None => b.push_str(",\"version\":null"),
         }
-        if let Some(e) = &entry.error {
-            b.push_str(",\"error\":");
-            write_json_string(e, b);
-        }
+        write_table_error(entry, admin, b);
         b.push('}');
     }
     b.push_str("]}");
@@ -878,10 +907,7 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
         }
         b.push(']');
     }
-    if let Some(e) = &entry.error {
-        b.push_str(",\"error\":");
-        write_json_string(e, b);
-    }
+    write_table_error(entry, admin, b);
     let versions: Vec<&str> = entry.previous.iter().map(|t| t.version.as_str()).collect();
     b.push_str(",\"previous_versions\":[");
     for (i, v) in versions.iter().rev().enumerate() {
@@ -938,6 +964,15 @@ fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
     b.push('}');
 }
 
+/// `,"error":…` of a table whose latest file does not serve: in full on the admin listener.
+fn write_table_error(entry: &Entry, admin: bool, b: &mut String) {
+    if let Some(e) = &entry.error {
+        b.push_str(",\"error\":");
+        let said = if admin { e.summary.clone() } else { e.public(entry.current.is_some()) };
+        write_json_string(&said, b);
+    }
+}
+
 /// Writes what a reload did as JSON.
 fn write_outcomes(reloaded: &Reloaded, b: &mut String) {
     b.push_str("{\"tables\":[");
@@ -958,7 +993,7 @@ fn write_outcomes(reloaded: &Reloaded, b: &mut String) {
                 let _ =
                     write!(b, ",\"result\":\"pinned\",\"version\":\"{version}\",\"file_version\":\"{file_version}\"");
             }
-            Outcome::Failed { error, serving } => {
+            Outcome::Failed { error, serving, .. } => {
                 b.push_str(",\"result\":\"failed\",\"error\":");
                 write_json_string(error, b);
                 b.push_str(",\"serving\":");
@@ -966,6 +1001,9 @@ fn write_outcomes(reloaded: &Reloaded, b: &mut String) {
                     Some(v) => write_json_string(v, b),
                     None => b.push_str("null"),
                 }
+            }
+            Outcome::Missing { serving } => {
+                let _ = write!(b, ",\"result\":\"missing\",\"serving\":\"{serving}\"");
             }
             Outcome::Removed => b.push_str(",\"result\":\"removed\""),
         }

@@ -11,8 +11,8 @@ use serde_json::value::RawValue;
 
 use super::rules::RuleEngine;
 use super::spec::{build, ConditionPart, Place, RuleSpec, TableSpec};
-use super::{Limits, TableMeta};
-use crate::diagnostic::{json_string_offset, Diagnostic};
+use super::{Limits, LoadError, TableMeta};
+use crate::diagnostic::{json_string_offset, Diagnostic, SourceFile};
 use crate::expr::check::Schema;
 use crate::expr::{Const, Env};
 use crate::suggest::did_you_mean;
@@ -24,12 +24,15 @@ pub const RULE_KEYS: &[&str] = &["id", "condition", "action", "enabled", "descri
 /// The keys a parameter declaration may have.
 pub const PARAM_KEYS: &[&str] = &["value", "min", "max", "step", "tunable", "description"];
 
+/// How far before a value [`Loader::at_key`] looks for its key: past the colon and any spaces.
+const KEY_SEARCH_BYTES: usize = 4096;
+
 /// Reads a Jev table's source into a compiled engine.
-pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, TableMeta), Vec<Diagnostic>> {
+pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, TableMeta), LoadError> {
     let mut p = Loader::new(path, source);
     let top: &RawValue = match serde_json::from_str(source) {
         Ok(v) => v,
-        Err(e) => return Err(vec![p.serde_error(&e)]),
+        Err(e) => return Err(LoadError::from(vec![p.serde_error(&e)])),
     };
     let text = top.get();
     let mut meta = TableMeta::default();
@@ -90,7 +93,7 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Ta
                 limits.max_rules
             ),
         );
-        return Err(p.diags);
+        return Err(LoadError::from(p.diags));
     }
 
     let mut rules = Vec::with_capacity(rules_raw.len());
@@ -102,8 +105,8 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Ta
     let spec = TableSpec { rules, default, env, templates: false };
     let mut diags = std::mem::take(&mut p.diags);
     match build(path, source, spec, limits, &mut diags) {
-        Some(engine) => Ok((engine, meta)),
-        None => Err(diags),
+        Ok(engine) => Ok((engine, meta)),
+        Err(unlisted) => Err(LoadError::listing(diags, unlisted)),
     }
 }
 
@@ -148,12 +151,13 @@ fn line_col_offset(source: &str, line: usize, column: usize) -> usize {
 pub(crate) struct Loader<'s> {
     path: &'s str,
     source: &'s str,
+    file: SourceFile<'s>,
     pub(crate) diags: Vec<Diagnostic>,
 }
 
 impl<'s> Loader<'s> {
     pub(crate) fn new(path: &'s str, source: &'s str) -> Loader<'s> {
-        Loader { path, source, diags: Vec::new() }
+        Loader { path, source, file: SourceFile::new(path, source), diags: Vec::new() }
     }
 
     /// The file, as diagnostics name it.
@@ -171,15 +175,19 @@ impl<'s> Loader<'s> {
     pub(crate) fn at(&mut self, raw: &RawValue, message: String) {
         let off = self.offset(raw);
         let width = raw.get().find('\n').unwrap_or(raw.get().len()).min(40);
-        self.diags.push(Diagnostic::at_offset(self.path, self.source, off, width, message));
+        self.diags.push(self.file.at(off, width, message));
     }
 
     /// An error at the key written before `value`.
     pub(crate) fn at_key(&mut self, value: &RawValue, key: &str, message: String) {
         let off = self.offset(value);
         let quoted = serde_json::to_string(key).unwrap_or_default();
-        let key_off = self.source[..off].rfind(&quoted).unwrap_or(off);
-        self.diags.push(Diagnostic::at_offset(self.path, self.source, key_off, quoted.len(), message));
+        // The key stands just before its value; a key written with other escapes than serde's is
+        // not found, and the search for it must not read back through the whole file each time.
+        let from = off.saturating_sub(quoted.len() + KEY_SEARCH_BYTES);
+        let from = (0..=from).rev().find(|&i| self.source.is_char_boundary(i)).unwrap_or(0);
+        let key_off = self.source[from..off].rfind(&quoted).map_or(off, |i| from + i);
+        self.diags.push(self.file.at(key_off, quoted.len(), message));
     }
 
     fn serde_error(&self, e: &serde_json::Error) -> Diagnostic {

@@ -94,11 +94,26 @@ impl TableKind {
     }
 }
 
-/// A table that could not be loaded, with every problem found.
+/// A table that could not be loaded, with the problems found: the first
+/// [`MAX_LISTED`](crate::diagnostic::MAX_LISTED), and how many more there are.
 #[derive(Clone, Debug)]
 pub struct LoadError {
-    /// one entry per problem
+    /// one entry per problem listed, in the order of the file
     pub diagnostics: Vec<Diagnostic>,
+    /// problems found past those listed
+    pub unlisted: usize,
+}
+
+impl From<Vec<Diagnostic>> for LoadError {
+    /// The load error of every problem a loader found, listing the first ones.
+    fn from(mut diagnostics: Vec<Diagnostic>) -> LoadError {
+        let unlisted = diagnostics.len().saturating_sub(crate::diagnostic::MAX_LISTED);
+        if unlisted > 0 {
+            diagnostics.truncate(crate::diagnostic::MAX_LISTED);
+            diagnostics.shrink_to_fit();
+        }
+        LoadError { diagnostics, unlisted }
+    }
 }
 
 impl fmt::Display for LoadError {
@@ -109,6 +124,15 @@ impl fmt::Display for LoadError {
             }
             write!(f, "{d}")?;
         }
+        if let Some(last) = self.diagnostics.last().filter(|_| self.unlisted > 0) {
+            write!(
+                f,
+                "\n{}: {} more {} not listed; fix the first ones, then check the file again",
+                last.path,
+                self.unlisted,
+                if self.unlisted == 1 { "problem is" } else { "problems are" }
+            )?;
+        }
         Ok(())
     }
 }
@@ -116,16 +140,33 @@ impl fmt::Display for LoadError {
 impl std::error::Error for LoadError {}
 
 impl LoadError {
-    fn single(path: &str, message: String) -> LoadError {
-        LoadError { diagnostics: vec![Diagnostic::whole_file(path, message)] }
+    /// The load error of `diagnostics`, the problems a loader listed, when it found `unlisted`
+    /// more past them (see `spec::build`).
+    pub(crate) fn listing(diagnostics: Vec<Diagnostic>, unlisted: usize) -> LoadError {
+        let mut e = LoadError::from(diagnostics);
+        e.unlisted += unlisted;
+        e
+    }
+
+    /// A load error of one problem about the whole file.
+    pub(crate) fn single(path: &str, message: String) -> LoadError {
+        LoadError::from(vec![Diagnostic::whole_file(path, message)])
+    }
+
+    /// How many problems were found, listed or not.
+    pub fn count(&self) -> usize {
+        self.diagnostics.len() + self.unlisted
     }
 
     /// The first problem on one line, for logs and `/health`.
     pub fn summary(&self) -> String {
-        self.diagnostics
-            .first()
-            .map(|d| format!("{}:{}:{}: {}", d.path, d.line, d.column, d.message))
-            .unwrap_or_else(|| "failed to load".to_string())
+        let Some(d) = self.diagnostics.first() else { return "failed to load".to_string() };
+        let more = match self.count() - 1 {
+            0 => String::new(),
+            1 => " (and 1 more problem)".to_string(),
+            n => format!(" (and {n} more problems)"),
+        };
+        format!("{}:{}:{}: {}{more}", d.path, d.line, d.column, d.message)
     }
 }
 
@@ -393,13 +434,11 @@ impl Table {
         })?;
         let (engine, meta) = match kind {
             TableKind::Jev => {
-                let (rules, meta) =
-                    jev::load(&shown, source, limits).map_err(|diagnostics| LoadError { diagnostics })?;
+                let (rules, meta) = jev::load(&shown, source, limits)?;
                 (Engine::Rules(rules), meta)
             }
             TableKind::RuleSet => {
-                let (rules, meta) =
-                    ruleset::load(&shown, source, limits).map_err(|diagnostics| LoadError { diagnostics })?;
+                let (rules, meta) = ruleset::load(&shown, source, limits)?;
                 (Engine::Rules(rules), meta)
             }
             TableKind::Flash | TableKind::FlashCompiled => flash::load(&shown, kind, source, bytes)?,
@@ -637,6 +676,51 @@ fn write_time(t: Timestamp, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_load_error_lists_the_first_problems_and_counts_the_others() {
+        let problems = |n: usize| -> Vec<Diagnostic> {
+            (1..=n).map(|i| Diagnostic::whole_file("t.json", format!("problem {i}"))).collect()
+        };
+        let e = LoadError::from(problems(crate::diagnostic::MAX_LISTED + 70));
+        assert_eq!((e.diagnostics.len(), e.unlisted, e.count()), (50, 70, 120));
+        let text = e.to_string();
+        assert!(text.contains("problem 50") && !text.contains("problem 51"), "{text}");
+        assert!(
+            text.ends_with("t.json: 70 more problems are not listed; fix the first ones, then check the file again")
+        );
+        assert_eq!(e.summary(), "t.json:1:1: problem 1 (and 119 more problems)");
+        let one = LoadError::from(problems(1));
+        assert_eq!((one.unlisted, one.to_string()), (0, "t.json:1:1: error: problem 1".to_string()));
+        assert_eq!(one.summary(), "t.json:1:1: problem 1");
+    }
+
+    #[test]
+    fn a_table_broken_in_every_rule_lists_its_first_problems_in_file_order() {
+        // Rule i is on line i + 2. Every rule has a problem the builder finds; rules 0 and 150
+        // also one the reader finds (an unknown key). The builder renders only the problems
+        // that can be listed: the listing is the first 50 of the file all the same.
+        let rules: Vec<String> = (0..200)
+            .map(|i| match i {
+                0 | 150 => format!(r#"{{"id": "r{i}", "conditon": 1, "condition": "x >", "action": {{}}}}"#),
+                _ if i % 2 == 0 => format!(r#"{{"id": "r{i}", "condition": "x >", "action": {{}}}}"#),
+                _ => format!(r#"{{"id": "r{i}", "condition": "x > 1", "action": 5}}"#),
+            })
+            .collect();
+        let text = format!("[\n{}\n]\n", rules.join(",\n"));
+        let e = Table::from_bytes(Path::new("t.json"), text.as_bytes(), &Limits::default()).unwrap_err();
+        let lines: Vec<usize> = e.diagnostics.iter().map(|d| d.line).collect();
+        let expected: Vec<usize> = [2].into_iter().chain(2..=50).collect();
+        assert_eq!(lines, expected, "{e}");
+        assert_eq!((e.count(), e.unlisted), (202, 152));
+        assert!(e.diagnostics[0].message.contains("conditon") || e.diagnostics[1].message.contains("conditon"), "{e}");
+        // a rule set the same way
+        let rules: String = (0..200).map(|i| format!("  - {{id: r{i}, when: 'x >', action: {{}}}}\n")).collect();
+        let e = Table::from_bytes(Path::new("t.yaml"), format!("rules:\n{rules}").as_bytes(), &Limits::default());
+        let e = e.unwrap_err();
+        assert_eq!(e.diagnostics.iter().map(|d| d.line).collect::<Vec<_>>(), (2..=51).collect::<Vec<_>>(), "{e}");
+        assert_eq!(e.unlisted, 150);
+    }
 
     #[test]
     fn timestamps_match_humantime() {

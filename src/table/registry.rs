@@ -14,10 +14,18 @@
 //! the writer compiles; on a thread (SIGHUP, the watcher) it parks the thread.
 //!
 //! A table whose new file fails to load keeps serving its last good version; the failure is
-//! kept for `/health` until a good file replaces it. A rollback pins the table to the version
-//! it rolled back to until the table's own file holds new bytes. A kill switch changes no
-//! compiled code: the writer publishes a copy of the table (sharing its engine) whose
-//! enabled-rules bitset lacks the rule, which every core picks up with its next snapshot.
+//! kept for `/health` until a good file replaces it, and the same bytes are not compiled again
+//! by later reloads. A table whose file disappears keeps serving for [`MISSING_GRACE`] (an
+//! editor's save, a deploy that deletes and writes again), then is removed. A rollback pins the
+//! table to the version it rolled back to until the table's own file holds new bytes. A kill
+//! switch changes no compiled code: the writer publishes a copy of the table (sharing its
+//! engine) whose enabled-rules bitset lacks the rule, which every core picks up with its next
+//! snapshot.
+//!
+//! Compiling is the one slow change (seconds for 100,000 rules on a Pi): a reload reads and
+//! compiles the files on a thread of its own, and meanwhile the writer goes on with kill
+//! switches and rollbacks. Each takes effect before the reload, which then builds on what is
+//! published when it ends, so it keeps them; reloads wait for the one under way.
 
 pub mod state;
 mod writer;
@@ -25,7 +33,7 @@ mod writer;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
@@ -39,6 +47,69 @@ use writer::{Reply, Request};
 /// How many earlier good versions are kept for rollback.
 pub const KEPT_VERSIONS: usize = 3;
 
+/// How long a table whose file disappeared keeps serving its last version before it is
+/// removed: an editor that saves by renaming the old file away and writing a new one, or a
+/// deploy that deletes and copies, leaves the name without a file for a moment.
+pub const MISSING_GRACE: Duration = Duration::from_secs(2);
+
+/// What kind of failure keeps a table's latest file from serving: what the decision port may
+/// say of it, where paths and the file's content are not shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// the file cannot be read: permissions, a folder in its place, too large
+    Unreadable,
+    /// the file was read but is not a valid table
+    Invalid,
+    /// two files map to the table's name
+    NameClash,
+    /// the file is gone: the last version serves until [`MISSING_GRACE`] ends
+    Missing,
+}
+
+impl FailureKind {
+    /// The failure in words that name no path and quote nothing of the file.
+    pub fn describe(self) -> &'static str {
+        match self {
+            FailureKind::Unreadable => "its file cannot be read",
+            FailureKind::Invalid => "its file is not a valid table",
+            FailureKind::NameClash => "two files map to its name",
+            FailureKind::Missing => "its file is gone; the table is removed unless the file comes back",
+        }
+    }
+}
+
+/// Why a table's latest file does not serve.
+#[derive(Debug, Clone)]
+pub struct TableError {
+    /// what kind of failure
+    pub kind: FailureKind,
+    /// the first problem on one line, with the file's path and what it quotes of the file: for
+    /// the admin listener and the log
+    pub summary: String,
+    /// every problem listed (what `POST /reload` answers and the log shows)
+    pub full: Arc<str>,
+    /// the file and the SHA-256 (hex) of the bytes that failed, when it could be read: the same
+    /// bytes are not compiled again
+    failed_bytes: Option<(PathBuf, String)>,
+}
+
+impl TableError {
+    /// A failure whose message is one line.
+    fn new(kind: FailureKind, message: String) -> TableError {
+        TableError { kind, full: message.as_str().into(), summary: message, failed_bytes: None }
+    }
+
+    /// What the decision port says of the failure: its kind, and whether an older version serves.
+    pub fn public(&self, serving: bool) -> String {
+        let then = match (self.kind, serving) {
+            (FailureKind::Missing, _) => "",
+            (_, true) => "; the last good version serves",
+            (_, false) => "; the table is not served",
+        };
+        format!("{}{then} (the admin listener's /health says more)", self.kind.describe())
+    }
+}
+
 /// One table name: what serves now, what served before, and the latest failure.
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -47,7 +118,7 @@ pub struct Entry {
     /// earlier good versions, newest last
     pub previous: Vec<Arc<Table>>,
     /// the latest load failure of this name's file, until a good file loads
-    pub error: Option<String>,
+    pub error: Option<TableError>,
     /// decision counters, kept across reloads while the rule ids stay the same
     pub stats: Arc<TableStats>,
     /// the file(s) the name comes from
@@ -63,6 +134,8 @@ pub struct Entry {
     /// kill switches for this table that name rules it does not have (a reload removed them):
     /// kept, in case the rule comes back, and reported
     pub switches_without_rule: Vec<String>,
+    /// since when the name has had no file (it serves until [`MISSING_GRACE`] has passed)
+    pub missing_since: Option<Instant>,
 }
 
 impl Entry {
@@ -77,6 +150,7 @@ impl Entry {
             file_sha256: None,
             pin: None,
             switches_without_rule: Vec::new(),
+            missing_since: None,
         }
     }
 
@@ -95,6 +169,9 @@ impl Entry {
 pub struct Tables {
     /// by name
     pub entries: BTreeMap<String, Entry>,
+    /// tables removed since the server started because their file was gone, and when; a name
+    /// leaves this list when it loads again
+    pub removed: BTreeMap<String, SystemTime>,
 }
 
 impl Tables {
@@ -103,9 +180,9 @@ impl Tables {
         self.entries.get(name)
     }
 
-    /// Names whose latest file failed to load, with the message.
-    pub fn errors(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.entries.iter().filter_map(|(n, s)| s.error.as_deref().map(|e| (n.as_str(), e)))
+    /// Names whose latest file failed to load, with the failure.
+    pub fn errors(&self) -> impl Iterator<Item = (&str, &Entry, &TableError)> {
+        self.entries.iter().filter_map(|(n, s)| s.error.as_ref().map(|e| (n.as_str(), s, e)))
     }
 }
 
@@ -138,9 +215,16 @@ pub enum Outcome {
     /// the file failed to load; the previous version (if any) keeps serving
     Failed {
         /// the diagnostic
-        error: String,
+        error: Arc<str>,
         /// the version still serving
         serving: Option<String>,
+        /// the file holds the bytes that failed at the last reload: they were not compiled again
+        again: bool,
+    },
+    /// the file is gone, for less than [`MISSING_GRACE`]: its last version keeps serving
+    Missing {
+        /// the version still serving
+        serving: String,
     },
     /// the file is gone; the table is no longer served
     Removed,
@@ -376,16 +460,18 @@ impl Sources {
 /// `.cfb`. A `.cfb` that is stale (compiled from another version of the source) or does not load
 /// leaves the source to be served, with a warning in the log. Any other two files with one name
 /// are an error naming both.
-fn pick(name: &str, paths: &[PathBuf]) -> Result<(PathBuf, Vec<u8>), String> {
+fn pick(name: &str, paths: &[PathBuf]) -> Result<(PathBuf, Vec<u8>), TableError> {
     let read = |p: &Path| super::read_table_file(p).map_err(|e| format!("{}: cannot read the file: {e}", p.display()));
+    let unreadable = |e| TableError::new(FailureKind::Unreadable, e);
     if let [one] = paths {
-        return Ok((one.clone(), read(one)?));
+        return Ok((one.clone(), read(one).map_err(unreadable)?));
     }
     let Some((compiled, source)) = flash_pair(paths) else {
         let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        return Err(format!("two files map to the table name \"{name}\": {}; rename one", list.join(" and ")));
+        let message = format!("two files map to the table name \"{name}\": {}; rename one", list.join(" and "));
+        return Err(TableError::new(FailureKind::NameClash, message));
     };
-    let source_bytes = read(source)?;
+    let source_bytes = read(source).map_err(unreadable)?;
     let why = match read(compiled) {
         Ok(bytes) if cfb::recorded_source(&bytes) == Some(Sha256::digest(&source_bytes).into()) => {
             match cfb::read(&bytes) {

@@ -22,8 +22,8 @@ use std::ops::Range;
 use super::rules::RuleEngine;
 use super::spec::{build, ConditionPart, Place, RuleSpec, TableSpec};
 use super::template::placeholders;
-use super::{Limits, TableMeta};
-use crate::diagnostic::{quote, Diagnostic};
+use super::{Limits, LoadError, TableMeta};
+use crate::diagnostic::{quote, Diagnostic, SourceFile};
 use crate::expr::check::Schema;
 use crate::expr::lexer::KEYWORDS;
 use crate::expr::{Const, Env};
@@ -119,14 +119,19 @@ const OPERATOR_ALIASES: &[(&str, &str)] = &[
 ];
 
 /// Reads a rule set's source into a compiled engine.
-pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, TableMeta), Vec<Diagnostic>> {
-    let mut r = Reader { path, source, diags: Vec::new() };
+pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, TableMeta), LoadError> {
+    read(path, source, limits).map_err(|(diags, unlisted)| LoadError::listing(diags, unlisted))
+}
+
+/// [`load`], with the problems and how many more were found than they list.
+fn read(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, TableMeta), (Vec<Diagnostic>, usize)> {
+    let mut r = Reader { source, file: SourceFile::new(path, source), diags: Vec::new() };
     let document = match yaml::parse(source, &YAML) {
         Ok(d) => d,
-        Err(p) => return Err(vec![Diagnostic::at_offset(path, source, p.at, p.width, p.message)]),
+        Err(p) => return Err((vec![Diagnostic::at_offset(path, source, p.at, p.width, p.message)], 0)),
     };
     for p in &document.problems {
-        r.diags.push(Diagnostic::at_offset(path, source, p.at, p.width, p.message.clone()));
+        r.diags.push(r.file.at(p.at, p.width, p.message.clone()));
     }
     let root = match document.root {
         Some(root) if root.entries().is_some() => root,
@@ -135,14 +140,14 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Ta
                 &root.span,
                 format!("a rule set is a mapping with `rules:` (a list of rules), not {}", root.kind_name()),
             );
-            return Err(r.diags);
+            return Err((r.diags, 0));
         }
         _ => {
             r.diags.push(Diagnostic::whole_file(
                 path,
                 "the rule set is empty; write `rules:` and a list of rules under it".into(),
             ));
-            return Err(r.diags);
+            return Err((r.diags, 0));
         }
     };
     r.keys(&root, TOP_KEYS, "", "a rule set");
@@ -186,7 +191,7 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Ta
                 limits.max_rules
             ),
         ));
-        return Err(r.diags);
+        return Err((r.diags, 0));
     }
     let mut rules = Vec::with_capacity(rule_nodes.len());
     for (i, node) in rule_nodes.iter().enumerate() {
@@ -199,10 +204,10 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Ta
     let spec = TableSpec { rules, default, env, templates: true };
     let mut diags = std::mem::take(&mut r.diags);
     match build(path, source, spec, limits, &mut diags) {
-        Some(engine) => Ok((engine, meta)),
-        None => {
+        Ok(engine) => Ok((engine, meta)),
+        Err(unlisted) => {
             diags.sort_by_key(|d| (d.line, d.column));
-            Err(diags)
+            Err((diags, unlisted))
         }
     }
 }
@@ -215,14 +220,15 @@ pub fn is_rule_set(source: &str) -> bool {
 
 /// Reads the nodes of one file and collects diagnostics positioned at them.
 struct Reader<'s> {
-    path: &'s str,
     source: &'s str,
+    /// positions diagnostics in `source`
+    file: SourceFile<'s>,
     diags: Vec<Diagnostic>,
 }
 
 impl<'s> Reader<'s> {
     fn at(&mut self, span: &Range<usize>, message: String) {
-        self.diags.push(Diagnostic::at_offset(self.path, self.source, span.start, span.len(), message));
+        self.diags.push(self.file.at(span.start, span.len(), message));
     }
 
     /// Reports the keys of `node` (a mapping) that are not `known`, with a "did you mean"; returns

@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap;
 use super::rules::{BuildError, EngineParts, Rule, RuleEngine};
 use super::template::placeholders;
 use super::Limits;
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{Diagnostic, SourceFile, MAX_LISTED};
 use crate::expr::{parse_checked, Env, ExprError};
 
 /// A place in the file: a byte offset and how many bytes the caret underlines.
@@ -92,15 +92,17 @@ pub struct TableSpec<'s> {
 }
 
 /// Builds the engine of `spec`, read from `source` (shown as `path`); problems go to `diags`
-/// (after those the front end found), sorted by position. `None` when there is any.
+/// (after those the front end found), sorted by position. `Err` when there is any, with how
+/// many more problems were found than `diags` lists (see [`Problems`]).
 pub fn build(
     path: &str,
     source: &str,
     spec: TableSpec<'_>,
     limits: &Limits,
     diags: &mut Vec<Diagnostic>,
-) -> Option<RuleEngine> {
-    let at = |place: Place, message: String| Diagnostic::at_offset(path, source, place.offset, place.width, message);
+) -> Result<RuleEngine, usize> {
+    let file = SourceFile::new(path, source);
+    let at = |place: Place, message: String| file.at(place.offset, place.width, message);
     if spec.rules.len() > limits.max_rules {
         diags.push(Diagnostic::whole_file(
             path,
@@ -110,18 +112,21 @@ pub fn build(
                 limits.max_rules
             ),
         ));
-        return None;
+        return Err(0);
     }
     let mut ids: FxHashMap<&str, usize> = FxHashMap::default();
     let mut rules = Vec::with_capacity(spec.rules.len());
     let mut layouts = Vec::with_capacity(spec.rules.len());
+    let mut problems = Problems { failing: !diags.is_empty(), diags, listed: 0, unlisted: 0 };
     for (i, r) in spec.rules.iter().enumerate() {
-        let label = format!("rule \"{}\"", r.id);
+        let listing = problems.listing();
+        let label = || format!("rule \"{}\"", r.id);
         match ids.entry(&r.id) {
-            Entry::Occupied(first) => diags.push(at(
-                r.id_at,
-                format!("{label}: the id is already used by rule #{}; ids must be unique", first.get() + 1),
-            )),
+            Entry::Occupied(first) => problems.add(listing, || {
+                let message =
+                    format!("{}: the id is already used by rule #{}; ids must be unique", label(), first.get() + 1);
+                at(r.id_at, message)
+            }),
             Entry::Vacant(slot) => {
                 slot.insert(i);
             }
@@ -131,14 +136,16 @@ pub fn build(
             .chain(r.fallback.as_ref().map(|(f, p)| ("fallback", f, *p)))
         {
             if !value.is_object() {
-                diags.push(at(place, format!("{label}: \"{what}\" must be an object (key: value pairs)")));
+                problems.add(listing, || {
+                    at(place, format!("{}: \"{what}\" must be an object (key: value pairs)", label()))
+                });
                 shapes_ok = false;
             } else if let Err(problem) = crate::authz::check_action(value) {
-                diags.push(at(place, format!("{label}: in the {what}: {problem}")));
+                problems.add(listing, || at(place, format!("{}: in the {what}: {problem}", label())));
                 shapes_ok = false;
             } else if spec.templates {
                 if let Err(problem) = each_string(value, &mut |s| placeholders(s).map(drop)) {
-                    diags.push(at(place, format!("{label}: in the {what}: {problem}")));
+                    problems.add(listing, || at(place, format!("{}: in the {what}: {problem}", label())));
                     shapes_ok = false;
                 }
             }
@@ -146,7 +153,8 @@ pub fn build(
         let layout = Layout::of(&r.condition);
         let parsed = parse_checked(&layout.text, &spec.env, true);
         match parsed {
-            Ok(ast) if shapes_ok => {
+            // the rules of a table that does not load are not built
+            Ok(ast) if shapes_ok && !problems.failing => {
                 let fallback = r.fallback.as_ref().map(|(f, _)| f.clone());
                 rules.push(Rule::new(
                     r.id.clone(),
@@ -159,13 +167,14 @@ pub fn build(
                 ));
             }
             Ok(_) => {}
-            Err(e) => diags.push(layout.diagnostic(path, source, &r.condition, &e, &label)),
+            Err(e) => problems.add(listing, || layout.diagnostic(&file, &r.condition, &e, &label())),
         }
         layouts.push(layout);
     }
-    if !diags.is_empty() {
+    if problems.failing {
+        let unlisted = problems.unlisted;
         diags.sort_by_key(|d| (d.line, d.column));
-        return None;
+        return Err(unlisted);
     }
     let parts = EngineParts {
         default_action: spec.default,
@@ -175,18 +184,48 @@ pub fn build(
         templates: spec.templates,
     };
     match RuleEngine::new(rules, parts) {
-        Ok(engine) => Some(engine),
+        Ok(engine) => Ok(engine),
         Err((i, problem)) => {
             let r = &spec.rules[i];
             let label = format!("rule \"{}\"", r.id);
             diags.push(match problem {
-                BuildError::Condition(e) => layouts[i].diagnostic(path, source, &r.condition, &e, &label),
+                BuildError::Condition(e) => layouts[i].diagnostic(&file, &r.condition, &e, &label),
                 BuildError::Action(m) => at(r.action_at, format!("{label}: in the action: {m}")),
                 BuildError::Fallback(m) => {
                     at(r.fallback.as_ref().map_or(r.action_at, |f| f.1), format!("{label}: in the fallback: {m}"))
                 }
             });
-            None
+            Err(0)
+        }
+    }
+}
+
+/// The problems [`build`] finds in the rules. Rules come in the order of the file, so once
+/// [`MAX_LISTED`] problems of earlier rules are listed, every problem of a later rule stands
+/// after them and would be cut from the load error anyway: it is counted, and neither its
+/// message nor its source line is made (for 100,000 broken rules those cost more than the rest
+/// of the load). The rules are still all checked: a table with any problem does not load.
+struct Problems<'d> {
+    diags: &'d mut Vec<Diagnostic>,
+    /// whether the table has any problem (the front end's too): its rules are not built
+    failing: bool,
+    listed: usize,
+    unlisted: usize,
+}
+
+impl Problems<'_> {
+    /// Whether the problems of the rule about to be checked are listed (all of one rule are).
+    fn listing(&self) -> bool {
+        self.listed < MAX_LISTED
+    }
+
+    fn add(&mut self, listing: bool, diagnostic: impl FnOnce() -> Diagnostic) {
+        self.failing = true;
+        if listing {
+            self.diags.push(diagnostic());
+            self.listed += 1;
+        } else {
+            self.unlisted += 1;
         }
     }
 }
@@ -231,30 +270,23 @@ impl Layout {
     }
 
     /// A condition error at its place in the file: inside the part it falls in.
-    fn diagnostic(
-        &self,
-        path: &str,
-        source: &str,
-        parts: &[ConditionPart<'_>],
-        e: &ExprError,
-        label: &str,
-    ) -> Diagnostic {
+    fn diagnostic(&self, file: &SourceFile<'_>, parts: &[ConditionPart<'_>], e: &ExprError, label: &str) -> Diagnostic {
         let message = format!("{label}: {}", e.message);
         let found = self.parts.iter().position(|&(start, len)| e.span.start >= start && e.span.start <= start + len);
         let Some(k) = found else {
             // an error about the whole condition: at its first part
             let offset = parts.first().map_or(0, |p| (p.locate)(0));
-            return Diagnostic::at_offset(path, source, offset, 1, message);
+            return file.at(offset, 1, message);
         };
         let part = &parts[k];
         if let Some(place) = part.written_at {
-            return Diagnostic::at_offset(path, source, place.offset, place.width, message);
+            return file.at(place.offset, place.width, message);
         }
         let (start, len) = self.parts[k];
         let local_start = e.span.start - start;
         let local_end = e.span.end.clamp(e.span.start, start + len) - start;
         let from = (part.locate)(local_start);
         let to = (part.locate)(local_end);
-        Diagnostic::at_offset(path, source, from, to.saturating_sub(from).max(1), message)
+        file.at(from, to.saturating_sub(from).max(1), message)
     }
 }

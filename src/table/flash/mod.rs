@@ -68,7 +68,7 @@ pub(crate) fn load(path: &str, kind: TableKind, text: &str, bytes: &[u8]) -> Res
         return Ok((Engine::Flash(table), meta));
     }
     let sha = Sha256::digest(bytes).into();
-    let (table, meta) = source::load(path, text, sha).map_err(|diagnostics| LoadError { diagnostics })?;
+    let (table, meta) = source::load(path, text, sha).map_err(LoadError::from)?;
     Ok((Engine::Flash(table), meta))
 }
 
