@@ -516,7 +516,7 @@ fn connections_opened_during_the_drain_are_answered_503_until_the_listeners_clos
                         Err(_) => Late::Refused,
                         Ok(stream) => {
                             stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-                            let mut c = Conn { stream, buf: Vec::new() };
+                            let mut c = Conn { stream, buf: Vec::new(), head_only: false };
                             match c.try_request("POST", "/decide/risk", &[], br#"{"x": 50}"#) {
                                 Ok(r) if r.status == 503 && r.header("connection") == Some("close") => {
                                     assert_eq!(r.json()["error"]["code"], json!("draining"), "{}", r.text());
