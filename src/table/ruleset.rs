@@ -9,13 +9,17 @@
 //! placeholders, conditions parsed, checked and compiled into the same engine.
 //!
 //! Each `conditions` entry becomes the expression it stands for —
-//! `{field: headers.user-agent, operator: contains, value: Mobile}` is
-//! `headers["user-agent"] contains "Mobile"` — so a rule set decides exactly as the equivalent
-//! Jev table does, at the same cost. The pieces of that text remember where they came from
-//! (the field, the operator, the value), so a problem the compiler finds in it (an unknown field
-//! under a schema, a bad regex) is shown at the piece of the file it is about. A `when:` is
-//! handed over as written, with a map from each byte of the decoded scalar to its byte in the
-//! file (through quotes, escapes, folding and block indentation: see [`yaml::scalar_map`]).
+//! `{field: metrics.rate, operator: gt, value: 0.05}` is `metrics.rate != nil && metrics.rate >
+//! 0.05`: the operators that cannot take nil (`gt gte lt lte contains not_contains starts_with
+//! ends_with matches`) are guarded, so that an absent or null field makes the entry false
+//! without a warning (SPEC §4.2, revision 4), and a value of the wrong type still warns — so a
+//! rule set decides exactly as the equivalent Jev table does, at the same cost, through the one
+//! evaluator, and the rule index reads the guard as it reads any `f != nil`. The pieces of that
+//! text remember where they came from (the field, the operator, the value), so a problem the
+//! compiler finds in it (an unknown field under a schema, a bad regex) is shown at the piece of
+//! the file it is about. A `when:` is handed over as written, with a map from each byte of the
+//! decoded scalar to its byte in the file (through quotes, escapes, folding and block
+//! indentation: see [`yaml::scalar_map`]).
 
 use std::ops::Range;
 
@@ -86,6 +90,13 @@ impl Need {
             "exists" | "not_exists" => Need::Nothing,
             _ => Need::Text,
         }
+    }
+
+    /// Whether the operator cannot take nil (`gt`, `contains`, `matches` …), so that an entry
+    /// on an absent or null field is false, not an error (SPEC §4.2, revision 4): the entry
+    /// stands for `field != nil && …`. `eq ne in not_in` take nil as §3 says; `exists` asks.
+    fn is_nil_guarded(self) -> bool {
+        matches!(self, Need::Ordered | Need::Text)
     }
 
     fn says(self) -> &'static str {
@@ -567,6 +578,12 @@ impl<'s> Reader<'s> {
         }
         let mut w = Written::default();
         let op = |w: &mut Written, s: &str| w.push_at(s, &operator.1, false);
+        if need.is_nil_guarded() {
+            // revision 4: an absent or null field makes the entry false, without the error the
+            // operator would give nil
+            w.push_at(&field, &field_span, field_exact);
+            op(&mut w, " != nil && ");
+        }
         match operator.0.as_str() {
             "not_contains" => {
                 op(&mut w, "!(");
