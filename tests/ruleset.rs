@@ -261,7 +261,7 @@ fn yaml_syntax_errors_have_positions() {
     let text = "rules:\n  - id: a\n\twhen: x\n";
     error_at(text, "\t", 0, "YAML indents with spaces, not tabs");
     let text = "rules:\n  - id: a\n    when: 'unterminated\n";
-    error_at(text, "'unterminated", 0, "unclosed quote");
+    error_at(text, "'unterminated", 0, "this `'` opens a quoted value that is never closed");
     error_at("rules: []\n---\nrules: []\n", "---", 0, "a second YAML document");
 }
 
