@@ -628,6 +628,9 @@ fn syntax_problem(source: &str, e: &ScanError, options: &Options) -> Problem {
     let m = e.marker();
     let at = m.byte_offset().unwrap_or_else(|| source.char_indices().nth(m.index()).map_or(source.len(), |(b, _)| b));
     let mut at = at.min(source.len());
+    while !source.is_char_boundary(at) {
+        at -= 1;
+    }
     let info = e.info();
     let line_start = source[..at].rfind('\n').map_or(0, |n| n + 1);
     let message = match e.kind() {
