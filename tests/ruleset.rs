@@ -211,7 +211,12 @@ fn missing_and_null_fields_are_false_without_a_warning_under_operators_that_need
     assert_eq!(outcome("eq", "5", missing.clone()), (false, false));
     assert_eq!(outcome("ne", "5", missing.clone()), (true, false));
     assert_eq!(outcome("in", "[5]", null.clone()), (false, false));
-    assert_eq!(outcome("not_in", "[5]", null), (true, false));
+    assert_eq!(outcome("not_in", "[5]", null.clone()), (true, false));
+    // a trace names the part that did not hold: the guard, with the value it read (the rule
+    // index rules the rule out, so the reference scan's trace, which tries every rule)
+    let table = loaded(&with_conditions("gt", "5"));
+    let trace = table.decide_reference(null.to_string().as_bytes()).unwrap().trace.unwrap();
+    assert_eq!(trace[0].reason, "m[\"x-rate\"] != nil was false (m[\"x-rate\"] = null)");
     // `when:` keeps §3's rules: the same comparison written as an expression warns
     let when = loaded(&with_when("m[\"x-rate\"] > 5"));
     let d = when.decide_reference(missing.to_string().as_bytes()).unwrap();
