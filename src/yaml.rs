@@ -620,31 +620,76 @@ fn mapping_path_at(node: &Node<'_>, at: usize, path: &mut Vec<Step>) -> bool {
     }
 }
 
-/// A syntax error as a problem: the parser's message without its own position.
+/// A syntax error as a problem, named as the mistake a person makes (a tab, a `: ` in a plain
+/// value, a quote not closed, a line indented off), else the parser's message without its own
+/// position.
 fn syntax_problem(source: &str, e: &ScanError, options: &Options) -> Problem {
+    use granit_parser::ErrorKind as K;
     let m = e.marker();
     let at = m.byte_offset().unwrap_or_else(|| source.char_indices().nth(m.index()).map_or(source.len(), |(b, _)| b));
     let mut at = at.min(source.len());
+    while !source.is_char_boundary(at) {
+        at -= 1;
+    }
     let info = e.info();
+    let line_start = source[..at].rfind('\n').map_or(0, |n| n + 1);
     let message = match e.kind() {
-        granit_parser::ErrorKind::RecursionLimitExceeded => too_deep_message(options),
-        _ if info.contains("tab") => {
-            // at the tab itself: in the indentation before the parser's position, or on the next
-            // line when it stopped at the end of a scalar
-            let line_start = source[..at].rfind('\n').map_or(0, |n| n + 1);
-            let rest = &source[at..];
-            let line_after =
-                rest.find('\n').map_or(rest.len(), |n| rest[n + 1..].find('\n').map_or(rest.len(), |m| n + 1 + m));
-            if let Some(tab) = source[line_start..at].find('\t') {
-                at = line_start + tab;
-            } else if let Some(tab) = rest[..line_after].find('\t') {
-                at += tab;
-            }
-            format!("this is not valid YAML: {info}; YAML indents with spaces, not tabs")
+        K::RecursionLimitExceeded => too_deep_message(options),
+        K::TabInPlainScalar | K::TabInIndentation | K::TabAtBlockScalarStart => {
+            tab_problem(source, line_start, &mut at)
         }
+        _ if info.contains("tab") => tab_problem(source, line_start, &mut at),
+        K::MappingValueNotAllowed if source[at..].starts_with(':') => {
+            colon_in_value(&source[line_start..], at - line_start)
+        }
+        K::UnclosedQuotedScalar => {
+            let quote = source[at..].chars().next().filter(|c| matches!(c, '\'' | '"')).unwrap_or('\'');
+            format!(
+                "this is not valid YAML: this `{quote}` opens a quoted value that is never closed: add the closing `{quote}` where the value ends \
+                 (a quoted value may go on over several lines, so YAML read on to the end of the file)"
+            )
+        }
+        K::ExpectedBlockMappingKey | K::ExpectedBlockSequenceEntry => "this is not valid YAML: this line is indented \
+             differently from the \
+             lines above it: YAML nests by indentation, so the keys of one mapping (and the `- ` items of one list) \
+             must start in the same column"
+            .to_string(),
         _ => format!("this is not valid YAML: {info}"),
     };
     Problem { at, width: 1, message }
+}
+
+/// The message for a tab YAML does not allow, moving `at` to the tab itself: in the indentation
+/// before the parser's position, or on the next line when it stopped at the end of a scalar.
+fn tab_problem(source: &str, line_start: usize, at: &mut usize) -> String {
+    let rest = &source[*at..];
+    let line_after = rest.find('\n').map_or(rest.len(), |n| rest[n + 1..].find('\n').map_or(rest.len(), |m| n + 1 + m));
+    if let Some(tab) = source[line_start..*at].find('\t') {
+        *at = line_start + tab;
+    } else if let Some(tab) = rest[..line_after].find('\t') {
+        *at += tab;
+    }
+    "this is not valid YAML: a tab; YAML indents with spaces, not tabs: replace it with spaces".to_string()
+}
+
+/// The message for a `: ` YAML found inside a plain value (at byte `colon` of `line`): it reads
+/// it as the start of a mapping. Names the key whose value it is, and the value quoted.
+fn colon_in_value(line: &str, colon: usize) -> String {
+    let line = line.split('\n').next().unwrap_or(line);
+    let key_end = line.get(..colon).and_then(|before| before.find(": "));
+    let Some(key_end) = key_end else {
+        return "this is not valid YAML: a `: ` (a colon and a space) inside a plain value starts a mapping; put \
+                the value in quotes ('…')"
+            .to_string();
+    };
+    let key = line[..key_end].trim_start().trim_start_matches("- ").trim();
+    let value = line[key_end + 2..].trim();
+    let value = value.split(" #").next().unwrap_or(value).trim_end();
+    format!(
+        "this is not valid YAML: the value of `{key}` holds `: ` (a colon and a space), which YAML reads as the \
+         start of a mapping; put the whole value in quotes: {key}: '{}'",
+        value.replace('\'', "''")
+    )
 }
 
 fn too_deep_message(options: &Options) -> String {

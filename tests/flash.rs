@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use clef::diagnostic::Diagnostic;
-use clef::table::flash::{cfb, source, FlashTable};
+use clef::table::flash::{cfb, hex, source, FlashTable};
 use clef::table::registry::{Outcome, Registry, Sources};
 use clef::table::{Limits, Table, TableKind};
 use serde_json::{json, Value as Json};
+use sha2::{Digest, Sha256};
 
 const SPEC_EXAMPLE: &str = r#"{ "dimensions": [
     {"name": "device", "field": "device", "values": ["desktop", "mobile", "tablet"]},
@@ -451,8 +452,25 @@ fn served(r: &Registry, name: &str) -> Option<(PathBuf, TableKind)> {
     slot.current.as_ref().map(|t| (t.path.clone(), t.kind))
 }
 
+/// The error of table `name` in `outcomes`, if its load failed.
+fn failure(outcomes: &[(String, Outcome)], name: &str) -> Option<String> {
+    outcomes.iter().find_map(|(n, o)| match o {
+        Outcome::Failed { error, .. } if n == name => Some(error.to_string()),
+        _ => None,
+    })
+}
+
+/// `bytes`, a `.cfb`, as one that records no source (all zeros), its checksum made whole again.
+fn without_source(mut bytes: Vec<u8>) -> Vec<u8> {
+    bytes[12..44].fill(0);
+    let body = bytes.len() - 32;
+    let sum = Sha256::digest(&bytes[..body]);
+    bytes[body..].copy_from_slice(&sum);
+    bytes
+}
+
 #[test]
-fn a_cfb_beside_its_source_is_served_while_it_matches() {
+fn a_cfb_beside_its_source_is_served_only_while_it_matches() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("net.flash.json");
     let bin = dir.path().join("net.cfb");
@@ -463,35 +481,71 @@ fn a_cfb_beside_its_source_is_served_while_it_matches() {
     assert_eq!(served(&r, "net"), Some((bin.clone(), TableKind::FlashCompiled)));
     assert!(r.snapshot().get("net").unwrap().error.is_none());
 
-    // The source changes: the stale .cfb is not served; the source is.
+    // The source changes: two files for one name, neither what the other says; a load error
+    // naming both (/health degraded), and the version that loaded keeps serving.
     std::fs::write(&src, SPEC_EXAMPLE.replace("[1, 2, 3]]", "[3, 3, 3]]")).unwrap();
     let outcomes = reload(&r);
-    assert!(matches!(outcomes.as_slice(), [(_, Outcome::Loaded { .. })]), "{outcomes:?}");
-    assert_eq!(served(&r, "net"), Some((src.clone(), TableKind::Flash)));
+    let error = failure(&outcomes, "net").unwrap_or_else(|| panic!("{outcomes:?}"));
+    for part in [
+        "two files map to the table name \"net\"",
+        "net.cfb",
+        "net.flash.json",
+        "another version",
+        "clef flash compile",
+    ] {
+        assert!(error.contains(part), "{part}: {error}");
+    }
+    assert_eq!(r.snapshot().get("net").unwrap().error.as_ref().map(|e| e.full.to_string()), Some(error.clone()));
+    assert_eq!(served(&r, "net"), Some((bin.clone(), TableKind::FlashCompiled)));
     let t = r.snapshot().get("net").unwrap().current.clone().unwrap();
-    assert_eq!(decide(&t, r#"{"device": "tablet", "error_rate": 0}"#).2["id"], 3);
-    assert!(r.snapshot().get("net").unwrap().error.is_none());
-    assert!(matches!(reload(&r).as_slice(), [(_, Outcome::Unchanged { .. })]));
+    assert_eq!(decide(&t, r#"{"device": "tablet", "error_rate": 0}"#).2["id"], 1, "the old version");
 
-    // Compiled again: the .cfb serves again.
+    // Compiled again: the .cfb of the new source serves, and the error is gone.
     let now = std::fs::read(&src).unwrap();
     std::fs::write(&bin, cfb::write(&source::compile("net", &now).unwrap())).unwrap();
     reload(&r);
     assert_eq!(served(&r, "net"), Some((bin.clone(), TableKind::FlashCompiled)));
+    assert!(r.snapshot().get("net").unwrap().error.is_none());
+    let t = r.snapshot().get("net").unwrap().current.clone().unwrap();
+    assert_eq!(decide(&t, r#"{"device": "tablet", "error_rate": 0}"#).2["id"], 3);
 
-    // A damaged .cfb that still records the right source: the source serves.
+    // A damaged .cfb that still records the right source is the .cfb that serves: it fails to
+    // load, saying why, and the good version keeps serving.
     let mut damaged = std::fs::read(&bin).unwrap();
     let last = damaged.len() - 40;
     damaged[last] ^= 0x40;
     std::fs::write(&bin, &damaged).unwrap();
-    reload(&r);
-    assert_eq!(served(&r, "net"), Some((src.clone(), TableKind::Flash)));
+    let error = failure(&reload(&r), "net").expect("a damaged .cfb does not load");
+    assert!(error.contains("checksum does not match"), "{error}");
+    assert_eq!(served(&r, "net"), Some((bin.clone(), TableKind::FlashCompiled)));
 
-    // A .cfb alone is a table too.
+    // A .cfb that records no source, beside one: the same error.
+    let good = cfb::write(&source::compile("net", &now).unwrap());
+    std::fs::write(&bin, without_source(good.clone())).unwrap();
+    let error = failure(&reload(&r), "net").expect("a .cfb without its source's hash is no pair");
+    assert!(error.contains("does not record the source it was compiled from"), "{error}");
+
+    // A .cfb alone is a table, whatever source it records.
     std::fs::remove_file(&src).unwrap();
-    std::fs::write(&bin, cfb::write(&source::compile("net", &now).unwrap())).unwrap();
     reload(&r);
-    assert_eq!(served(&r, "net"), Some((bin, TableKind::FlashCompiled)));
+    assert_eq!(served(&r, "net"), Some((bin.clone(), TableKind::FlashCompiled)));
+    assert!(r.snapshot().get("net").unwrap().error.is_none());
+    std::fs::write(&bin, &good).unwrap();
+    reload(&r);
+    assert!(r.snapshot().get("net").unwrap().error.is_none());
+}
+
+#[test]
+fn a_stale_pair_at_start_is_a_load_error_not_a_table() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("net.cfb"), cfb::write(&source::compile("net", SPEC_EXAMPLE.as_bytes()).unwrap()))
+        .unwrap();
+    std::fs::write(dir.path().join("net.flash.json"), SPEC_EXAMPLE.replace("\"ttl\": 10", "\"ttl\": 20")).unwrap();
+    let (r, outcomes) = registry(dir.path());
+    let error = failure(&outcomes, "net").unwrap_or_else(|| panic!("{outcomes:?}"));
+    assert!(error.contains("net.cfb") && error.contains("net.flash.json"), "{error}");
+    assert!(served(&r, "net").is_none());
+    assert!(r.snapshot().get("net").unwrap().error.is_some());
 }
 
 #[test]
@@ -504,13 +558,7 @@ fn other_files_with_one_name_are_an_error_naming_both() {
     std::fs::write(dir.path().join("two.v2.flash.json"), SPEC_EXAMPLE).unwrap();
     let (r, outcomes) = registry(dir.path());
     for (name, a, b) in [("net", "net.cfb", "net.json"), ("two", "two.flash.json", "two.v2.flash.json")] {
-        let error = outcomes
-            .iter()
-            .find_map(|(n, o)| match o {
-                Outcome::Failed { error, .. } if n == name => Some(error.clone()),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("{name}: {outcomes:?}"));
+        let error = failure(&outcomes, name).unwrap_or_else(|| panic!("{name}: {outcomes:?}"));
         assert!(error.contains("two files map to the table name") && error.contains(a) && error.contains(b), "{error}");
         assert!(served(&r, name).is_none());
     }
@@ -585,11 +633,20 @@ fn flash_compile_and_inspect() {
         assert_eq!(v["rules"], 9, "{v}");
     }
 
-    // A stale .cfb: check warns, inspect says so.
+    // The source records its SHA-256 in the .cfb: inspect shows it.
+    let sha = hex(&<[u8; 32]>::from(Sha256::digest(SPEC_EXAMPLE.as_bytes())));
+    let (_, out, _) = text(&clef(&["flash", "inspect", "net.cfb"], d));
+    assert!(out.contains(&format!("source:      SHA-256 {sha} = net.flash.json (served)")), "{out}");
+
+    // A stale .cfb: check fails on it and on its source, as the server would; inspect says so.
     std::fs::write(d.join("net.flash.json"), SPEC_EXAMPLE.replace("\"ttl\": 10", "\"ttl\": 20")).unwrap();
-    let (code, out, err) = text(&clef(&["check", "net.cfb"], d));
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(err.contains("warning: it was compiled from another version of net.flash.json"), "{err}");
+    for file in ["net.cfb", "net.flash.json", "."] {
+        let (code, out, err) = text(&clef(&["check", file], d));
+        assert_eq!(code, 1, "{file}: {out}{err}");
+        assert!(err.contains("error: two files map to the table name \"net\""), "{file}: {err}");
+        assert!(err.contains("was compiled from another version of the source"), "{file}: {err}");
+        assert_eq!(err.matches("two files map").count(), 1, "said once: {err}");
+    }
     let (_, out, _) = text(&clef(&["flash", "inspect", "net.cfb"], d));
     assert!(out.contains("≠ net.flash.json now"), "{out}");
 }
@@ -652,4 +709,55 @@ fn the_example_table_and_its_tests() {
         err.contains("the table has no cell \"device=mobile,error_rate_level=hihg\"; did you mean \"device=mobile,error_rate_level=high\"?"),
         "{err}"
     );
+}
+
+/// The summary line of `clef test`: `(passed, failed)`.
+fn test_summary(out: &str) -> (usize, usize) {
+    let line = out.lines().rev().find(|l| l.contains(" passed, ")).unwrap_or_else(|| panic!("no summary in {out}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    (words[0].parse().unwrap(), words[2].parse().unwrap())
+}
+
+#[test]
+fn clef_test_runs_a_compiled_table_once() {
+    // `clef test tables/` ran the tests of a flash table twice, once for its .cfb and once for
+    // its .flash.json, and counted both.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for entry in std::fs::read_dir(root.join("tables")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, d.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let (code, out, err) = text(&clef(&["test", "."], d));
+    assert_eq!(code, 0, "{out}{err}");
+    let before = test_summary(&out);
+    let flash_tests = out.lines().find(|l| l.starts_with("edge_routing: ")).expect("edge_routing tested").to_string();
+
+    let (code, out, err) = text(&clef(&["flash", "compile", "edge_routing.flash.json"], d));
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = text(&clef(&["test", "."], d));
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(test_summary(&out), before, "{out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("edge_routing: ")).collect::<Vec<_>>(), [flash_tests.as_str()]);
+    // naming both files, or either, runs them once too
+    for args in [&["test", "edge_routing.cfb", "edge_routing.flash.json"][..], &["test", "edge_routing.cfb"]] {
+        let (code, out, err) = text(&clef(args, d));
+        assert_eq!(code, 0, "{out}{err}");
+        assert_eq!(out.lines().filter(|l| l.starts_with("edge_routing: ")).count(), 1, "{args:?}: {out}");
+    }
+
+    // A source edited after the .cfb was compiled: the error the server gives, once.
+    let source = std::fs::read_to_string(d.join("edge_routing.flash.json")).unwrap();
+    std::fs::write(
+        d.join("edge_routing.flash.json"),
+        source.replacen("\"default\"", "\"description\": \"edited\", \"default\"", 1),
+    )
+    .unwrap();
+    let (code, out, err) = text(&clef(&["test", "."], d));
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(err.matches("two files map to the table name \"edge_routing\"").count(), 1, "{err}");
+    assert!(!out.contains("edge_routing: "), "{out}");
 }

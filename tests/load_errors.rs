@@ -1,4 +1,4 @@
-//! Load errors of Jev tables (SPEC §2, §3, §4.1, §10, §11), checked through
+//! Load errors of Jev tables and YAML rule sets (SPEC §2, §3, §4.1, §4.2, §10, §11), checked through
 //! the real `clef check FILE`: exit 1, the exact `path:line:col: error:` of the
 //! offending character (also inside a condition string, through its JSON
 //! escapes), a message fragment, and the source line with a caret under it.
@@ -6,7 +6,8 @@
 //! Lines and columns below are counted by hand: 1-based, columns in characters.
 //! In every one-rule case the rule sits on line 2 as
 //! `  {"id": "a", "condition": "…", "action": {}}`, so the condition text
-//! starts at column 29.
+//! starts at column 29. The YAML cases are the mistakes YAML makes of what a new user types
+//! (tabs, `: ` or ` #` in an unquoted `when:`, a quote missing).
 // Test code: a failed unwrap, expect or index is the test failing, as an assertion would.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -43,7 +44,75 @@ fn cases() -> Vec<Case> {
             text: "[\n  {\"id\": \"a\", \"condition\": \"true\" \"action\": {}}\n]\n".into(),
             line: 2,
             col: 35,
-            fragment: "invalid JSON",
+            fragment: "a `,` is missing before this: JSON separates the members of an object with commas",
+        },
+        Case {
+            name: "missing_comma_between_rules",
+            // the second rule's `{`
+            text: "[\n  {\"id\": \"a\", \"condition\": \"true\", \"action\": {}}\n  {\"id\": \"b\", \"condition\": \"true\", \"action\": {}}\n]\n".into(),
+            line: 3,
+            col: 3,
+            fragment: "a `,` is missing before this: JSON separates the items of an array with commas",
+        },
+        Case {
+            name: "closing_quote_missing_at_the_line_end",
+            // serde_json says "control character (\u0000-\u001F) found while parsing a string" at
+            // the line end; the string begins at col 28
+            text: "[\n  {\"id\": \"a\", \"condition\": \"x > 1,\n   \"action\": {}}\n]\n".into(),
+            line: 2,
+            col: 28,
+            fragment: "this string is not closed on its line: a closing `\"` is probably missing",
+        },
+        Case {
+            name: "closing_quote_missing_before_the_next_key",
+            // the condition's string runs on to the quote meant to open "action" (col 36)
+            text: "[\n  {\"id\": \"a\", \"condition\": \"x > 1, \"action\": {}}\n]\n".into(),
+            line: 2,
+            col: 28,
+            fragment: "a closing `\"` is probably missing in this string: it runs on to the `\"` before `action` (2:37)",
+        },
+        Case {
+            name: "single_quoted_key",
+            text: "[\n  {'id': 'a', \"condition\": \"true\", \"action\": {}}\n]\n".into(),
+            line: 2,
+            col: 4,
+            fragment: "JSON strings are written in double quotes",
+        },
+        Case {
+            name: "single_quoted_value",
+            text: "[\n  {\"id\": 'a', \"condition\": \"true\", \"action\": {}}\n]\n".into(),
+            line: 2,
+            col: 10,
+            fragment: "JSON strings are written in double quotes",
+        },
+        Case {
+            name: "unquoted_key",
+            text: "[\n  {id: \"a\", \"condition\": \"true\", \"action\": {}}\n]\n".into(),
+            line: 2,
+            col: 4,
+            fragment: "a key is a string in double quotes in JSON: write \"id\"",
+        },
+        Case {
+            name: "comment",
+            text: "[\n  // the rules\n  {\"id\": \"a\", \"condition\": \"true\", \"action\": {}}\n]\n".into(),
+            line: 2,
+            col: 3,
+            fragment: "JSON has no comments",
+        },
+        Case {
+            name: "tab_in_a_string",
+            text: "[\n  {\"id\": \"a\tb\", \"condition\": \"true\", \"action\": {}}\n]\n".into(),
+            line: 2,
+            col: 12,
+            fragment: "a tab inside a string: write it as \\t",
+        },
+        Case {
+            name: "when_in_a_jev_rule",
+            // the key "when" at col 15
+            text: "[\n  {\"id\": \"a\", \"when\": \"x > 1\", \"action\": {}}\n]\n".into(),
+            line: 2,
+            col: 15,
+            fragment: "writes its expression in \"condition\"",
         },
         Case {
             name: "trailing_comma_in_array",
@@ -316,6 +385,65 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// Mistakes in YAML rule sets: how YAML reads what a new user types.
+fn yaml_cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "yaml_tab_indent",
+            text: "rules:\n  - id: a\n\twhen: x > 1\n    action: {}\n".into(),
+            line: 3,
+            col: 1,
+            fragment: "a tab; YAML indents with spaces, not tabs",
+        },
+        Case {
+            name: "yaml_colon_in_unquoted_when",
+            // the `:` inside the string, col 27
+            text: "rules:\n  - id: a\n    when: note contains \"a: b\"\n    action: {}\n".into(),
+            line: 3,
+            col: 27,
+            fragment: "the value of `when` holds `: ` (a colon and a space), which YAML reads as the start of a \
+                       mapping; put the whole value in quotes: when: 'note contains \"a: b\"'",
+        },
+        Case {
+            name: "yaml_hash_in_unquoted_when",
+            // ` #` began a comment: the expression is `note contains "`; at the `#`, col 27
+            text: "rules:\n  - id: a\n    when: note contains \" #tag\"\n    action: {}\n".into(),
+            line: 3,
+            col: 27,
+            fragment: "` #` starts a YAML comment, so this `when:` ends before it, as `note contains \"`",
+        },
+        Case {
+            name: "yaml_when_without_its_opening_quote",
+            // where the quote belongs, col 11 (the lexer finds an unclosed string at the line end)
+            text: "rules:\n  - id: a\n    when: amount > 5 && tier == \"gold\"'\n    action: {}\n".into(),
+            line: 3,
+            col: 11,
+            fragment: "the opening `'` is probably missing here",
+        },
+        Case {
+            name: "yaml_when_without_its_closing_quote",
+            text: "rules:\n  - id: a\n    when: 'amount > 5\n    action: {}\n".into(),
+            line: 3,
+            col: 11,
+            fragment: "this `'` opens a quoted value that is never closed",
+        },
+        Case {
+            name: "yaml_indented_off",
+            text: "rules:\n  - id: a\n    when: 'true'\n    action:\n      type: x\n     ttl: 5\n".into(),
+            line: 6,
+            col: 6,
+            fragment: "this line is indented differently from the lines above it",
+        },
+        Case {
+            name: "yaml_condition_for_when",
+            text: "rules:\n  - id: a\n    condition: x > 1\n    action: {}\n".into(),
+            line: 3,
+            col: 5,
+            fragment: "write \"when\" for an expression",
+        },
+    ]
+}
+
 /// The line of the file (1-based), without its line end.
 fn source_line(text: &str, line: usize) -> &str {
     let l = text.split('\n').nth(line - 1).expect("line exists");
@@ -323,12 +451,17 @@ fn source_line(text: &str, line: usize) -> &str {
     l.strip_prefix('\u{feff}').unwrap_or(l)
 }
 
+/// Every case, with the extension of its file.
+fn all_cases() -> impl Iterator<Item = (Case, &'static str)> {
+    cases().into_iter().map(|c| (c, "json")).chain(yaml_cases().into_iter().map(|c| (c, "yaml")))
+}
+
 #[test]
 fn bad_tables_are_reported_at_the_offending_character() {
     let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
-    for case in cases() {
-        let path = dir.path().join(format!("{}.json", case.name));
+    for (case, ext) in all_cases() {
+        let path = dir.path().join(format!("{}.{ext}", case.name));
         std::fs::write(&path, &case.text).unwrap();
         let o = check(&path);
         let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -368,8 +501,8 @@ fn bad_tables_are_reported_at_the_offending_character() {
 #[test]
 fn the_same_tables_are_refused_by_decide() {
     let dir = tempfile::tempdir().unwrap();
-    for case in cases() {
-        let path = dir.path().join(format!("{}.json", case.name));
+    for (case, ext) in all_cases() {
+        let path = dir.path().join(format!("{}.{ext}", case.name));
         std::fs::write(&path, &case.text).unwrap();
         let input = dir.path().join("input.json");
         std::fs::write(&input, "{}").unwrap();
@@ -533,4 +666,18 @@ fn a_generated_table_broken_in_every_rule_is_checked_in_linear_time_with_a_bound
     assert!(stderr.contains(&format!("{p}:2:")), "the first problem is listed: {stderr}");
     assert!(stderr.contains(&format!("{p}: 99950 more problems are not listed")), "{stderr}");
     assert!(stderr.len() < 64 * 1024, "{} bytes of report", stderr.len());
+}
+
+#[test]
+fn a_key_written_for_another_format_is_one_error() {
+    // `when` in a JSON rule: the unknown key says what to write; "has no condition" would be the
+    // same mistake said twice
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("when.json");
+    std::fs::write(&path, "[\n  {\"id\": \"a\", \"when\": \"x > 1\", \"action\": {}}\n]\n").unwrap();
+    let o = check(&path);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains(": error: ")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
 }

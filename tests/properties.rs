@@ -298,6 +298,126 @@ proptest! {
     }
 }
 
+/// The fields a `conditions:` entry reads: dotted paths, one with a `-`, over the keys `input`
+/// gives values (often absent or null, sometimes of another type than the operator takes).
+const ENTRY_FIELDS: &[&str] = &["a", "s", "n", "tags", "obj.x", "obj.x-k", "obj.z.w", "headers.x-k"];
+
+/// One `conditions:` entry: `(field, operator, value as YAML)`.
+type Entry = (String, String, String);
+
+/// One `conditions:` entry, the value fitting the operator.
+fn entry() -> impl Strategy<Value = Entry> {
+    let field = prop::sample::select(ENTRY_FIELDS.to_vec()).prop_map(String::from);
+    let ordered = prop::sample::select(vec!["5", "0.5", "-3", "gold", "''", "9007199254740993"]);
+    let text = prop::sample::select(vec!["a", "go", "''", "gold", "'x y'"]);
+    let regex = prop::sample::select(vec!["'^g'", "'(?i)GOLD'", "'[0-9]'", "'x y$'", "'^$'"]);
+    let list = prop::sample::select(vec!["[4, 5]", "[gold, a, null]", "[]", "[0.5, '9']"]);
+    let any = prop::sample::select(vec!["5", "gold", "null", "[5]", "true", "0.5"]);
+    prop_oneof![
+        (field.clone(), prop::sample::select(vec!["gt", "gte", "lt", "lte"]), ordered).prop_map(|(f, o, v)| (
+            f,
+            o.to_string(),
+            v.to_string()
+        )),
+        (field.clone(), prop::sample::select(vec!["contains", "not_contains", "starts_with", "ends_with"]), text)
+            .prop_map(|(f, o, v)| (f, o.to_string(), v.to_string())),
+        (field.clone(), regex).prop_map(|(f, v)| (f, "matches".to_string(), v.to_string())),
+        (field.clone(), prop::sample::select(vec!["in", "not_in"]), list).prop_map(|(f, o, v)| (
+            f,
+            o.to_string(),
+            v.to_string()
+        )),
+        (field.clone(), prop::sample::select(vec!["eq", "ne"]), any).prop_map(|(f, o, v)| (
+            f,
+            o.to_string(),
+            v.to_string()
+        )),
+        (field, prop::sample::select(vec!["exists", "not_exists"])).prop_map(|(f, o)| (
+            f,
+            o.to_string(),
+            String::new()
+        )),
+    ]
+}
+
+/// Rules of `conditions:` entries, some with a `when:` beside them, as a YAML rule set.
+fn entries_rule_set() -> impl Strategy<Value = (String, Vec<Vec<Entry>>)> {
+    prop::collection::vec((prop::collection::vec(entry(), 1..4), prop::option::weighted(0.2, term())), 1..20).prop_map(
+        |rules| {
+            let mut yaml = String::from("default: {n: -1}\nrules:\n");
+            let mut entries = Vec::new();
+            for (i, (list, when)) in rules.into_iter().enumerate() {
+                yaml.push_str(&format!("  - id: r{i}\n    action: {{n: {i}}}\n    conditions:\n"));
+                for (field, operator, value) in &list {
+                    let value = if value.is_empty() { String::new() } else { format!(", value: {value}") };
+                    yaml.push_str(&format!("      - {{field: {field}, operator: {operator}{value}}}\n"));
+                }
+                if let Some(when) = when.filter(|w| Expression::compile(w, &Env::default(), true).is_ok()) {
+                    yaml.push_str(&format!("    when: '{}'\n", when.replace('\'', "''")));
+                }
+                entries.push(list);
+            }
+            (yaml, entries)
+        },
+    )
+}
+
+/// Whether the dotted `path` reads nil from `input` without an error: it is absent or null, or
+/// a step on the way is (a step into a value that is not an object is an error, not nil).
+fn reads_nil(input: &serde_json::Value, path: &str) -> bool {
+    let mut at = input;
+    for step in path.split('.') {
+        match at {
+            serde_json::Value::Null => return true,
+            serde_json::Value::Object(members) => match members.get(step) {
+                Some(v) => at = v,
+                None => return true,
+            },
+            _ => return false,
+        }
+    }
+    at.is_null()
+}
+
+proptest! {
+    #![proptest_config(Config { cases: cases() / 4, max_global_rejects: 1_000_000, ..Config::default() })]
+
+    /// YAML `conditions:` entries on inputs whose fields are often absent or null: the indexed
+    /// path decides as the reference scan, warnings included; and (SPEC §4.2, revision 4) an
+    /// entry of `gt gte lt lte contains not_contains starts_with ends_with matches` on a field
+    /// that reads nil makes its rule false, and a rule all of whose entries read nil (and that
+    /// has no `when:`) never warns.
+    #[test]
+    fn conditions_entries_are_quiet_on_absent_fields_and_agree_with_reference(
+        (yaml, entries) in entries_rule_set(),
+        inputs in prop::collection::vec(input(), 1..6),
+    ) {
+        let table = Table::from_bytes(Path::new("gen.yaml"), yaml.as_bytes(), &Limits::default())
+            .unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let has_when: Vec<bool> = yaml.split("  - id: ").skip(1).map(|r| r.contains("    when: ")).collect();
+        for body in &inputs {
+            let slow = table.decide_reference(body.as_bytes()).expect("valid input");
+            for explain in [false, true] {
+                let fast = table.decide(body.as_bytes(), explain).expect("valid input");
+                prop_assert_eq!(fast.rule, slow.rule, "explain {} input {} rule set {}", explain, body, yaml);
+                prop_assert_eq!(&fast.warnings, &slow.warnings, "explain {} input {} rule set {}", explain, body, yaml);
+                same_trace(&fast, &slow)?;
+            }
+            let input: serde_json::Value = serde_json::from_str(body).expect("JSON");
+            let guarded = ["gt", "gte", "lt", "lte", "contains", "not_contains", "starts_with", "ends_with", "matches"];
+            if let Some(r) = slow.rule {
+                let absent = entries[r].iter().find(|(f, o, _)| guarded.contains(&o.as_str()) && reads_nil(&input, f));
+                prop_assert!(absent.is_none(), "rule r{} matched with {:?} on {} in\n{}", r, absent, body, yaml);
+            }
+            for w in &slow.warnings {
+                let r = w.rule;
+                let all_nil = entries[r].iter().all(|(f, _, _)| reads_nil(&input, f));
+                prop_assert!(has_when[r] || !all_nil, "{:?} on {} in\n{}", w, body, yaml);
+            }
+        }
+    }
+}
+
 /// A test of a message, mostly one the literal pass of its subject's pattern group answers:
 /// regexes with and without literals, substrings, on the message and on `lower(message)`.
 fn message_test() -> impl Strategy<Value = String> {

@@ -102,22 +102,27 @@ fn operator_cases() -> Vec<(&'static str, &'static str, &'static str, Vec<Json>)
         ("eq", "[5]", "m[\"x-rate\"] == [5]", numbers()),
         ("ne", "5", "m[\"x-rate\"] != 5", numbers()),
         ("ne", "'5'", "m[\"x-rate\"] != \"5\"", numbers()),
-        ("gt", "5", "m[\"x-rate\"] > 5", numbers()),
-        ("gt", "4.5", "m[\"x-rate\"] > 4.5", numbers()),
-        ("gte", "5", "m[\"x-rate\"] >= 5", numbers()),
-        ("lt", "5", "m[\"x-rate\"] < 5", numbers()),
-        ("lt", "abd", "m[\"x-rate\"] < \"abd\"", strings()),
-        ("lte", "-5", "m[\"x-rate\"] <= -5", numbers()),
+        ("gt", "5", "m[\"x-rate\"] != nil && m[\"x-rate\"] > 5", numbers()),
+        ("gt", "4.5", "m[\"x-rate\"] != nil && m[\"x-rate\"] > 4.5", numbers()),
+        ("gte", "5", "m[\"x-rate\"] != nil && m[\"x-rate\"] >= 5", numbers()),
+        ("lt", "5", "m[\"x-rate\"] != nil && m[\"x-rate\"] < 5", numbers()),
+        ("lt", "abd", "m[\"x-rate\"] != nil && m[\"x-rate\"] < \"abd\"", strings()),
+        ("lte", "-5", "m[\"x-rate\"] != nil && m[\"x-rate\"] <= -5", numbers()),
         ("in", "[4, 5]", "m[\"x-rate\"] in [4, 5]", numbers()),
         ("in", "[abc, zzz, null]", "m[\"x-rate\"] in [\"abc\", \"zzz\", nil]", strings()),
         ("not_in", "[4, 5]", "m[\"x-rate\"] not in [4, 5]", numbers()),
         ("not_in", "[]", "m[\"x-rate\"] not in []", strings()),
-        ("contains", "ab", "m[\"x-rate\"] contains \"ab\"", strings()),
-        ("not_contains", "ab", "not (m[\"x-rate\"] contains \"ab\")", strings()),
-        ("starts_with", "ab", "m[\"x-rate\"] startsWith \"ab\"", strings()),
-        ("ends_with", "bc", "m[\"x-rate\"] endsWith \"bc\"", strings()),
-        ("matches", "'^a.c$'", "m[\"x-rate\"] matches \"^a.c$\"", strings()),
-        ("matches", "'(?i)\\bABC\\b'", "m[\"x-rate\"] matches \"(?i)\\\\bABC\\\\b\"", strings()),
+        ("contains", "ab", "m[\"x-rate\"] != nil && m[\"x-rate\"] contains \"ab\"", strings()),
+        ("not_contains", "ab", "m[\"x-rate\"] != nil && not (m[\"x-rate\"] contains \"ab\")", strings()),
+        ("starts_with", "ab", "m[\"x-rate\"] != nil && m[\"x-rate\"] startsWith \"ab\"", strings()),
+        ("ends_with", "bc", "m[\"x-rate\"] != nil && m[\"x-rate\"] endsWith \"bc\"", strings()),
+        ("matches", "'^a.c$'", "m[\"x-rate\"] != nil && m[\"x-rate\"] matches \"^a.c$\"", strings()),
+        (
+            "matches",
+            "'(?i)\\bABC\\b'",
+            "m[\"x-rate\"] != nil && m[\"x-rate\"] matches \"(?i)\\\\bABC\\\\b\"",
+            strings(),
+        ),
         ("exists", "", "m[\"x-rate\"] != nil", numbers()),
         ("not_exists", "", "m[\"x-rate\"] == nil", numbers()),
     ]
@@ -157,42 +162,85 @@ fn every_operator_decides_as_the_expression_it_stands_for() {
     assert_eq!(seen.len(), clef::table::ruleset::OPERATORS.len(), "every operator has cases");
 }
 
-/// `(matched, warned)` of a one-condition rule set on `input`, by the reference evaluator (the
-/// rule index may skip a rule that would fail, without its warning: docs/language.md, "nil and
-/// errors"); the optimized path must match the same.
+/// `(matched, warned)` of a one-condition rule set on `input`, by the reference evaluator; the
+/// optimized path (rule index included) must give the same rule and the same warnings.
 fn outcome(operator: &str, value: &str, input: Json) -> (bool, bool) {
     let table = loaded(&with_conditions(operator, value));
     let body = input.to_string();
     let d: Decision = table.decide_reference(body.as_bytes()).unwrap();
-    assert_eq!(table.decide(body.as_bytes(), false).unwrap().rule, d.rule, "{operator} {value} on {body}");
+    let fast = table.decide(body.as_bytes(), false).unwrap();
+    assert_eq!((fast.rule, &fast.warnings), (d.rule, &d.warnings), "{operator} {value} on {body}");
     (d.rule.is_some(), !d.warnings.is_empty())
 }
 
 #[test]
-fn missing_and_null_fields_behave_as_the_expression_would() {
+fn missing_and_null_fields_are_false_without_a_warning_under_operators_that_need_a_value() {
+    // SPEC §4.2, revision 4: rule sets are written for inputs that vary, so an absent or null
+    // field makes a comparison, string or regex entry false, quietly
     let five = json!({"m": {"x-rate": 5}});
     let null = json!({"m": {"x-rate": null}});
     let missing = json!({"m": {}});
-    // comparisons need a value: on a missing or null field, no match and a warning
+    let no_parent = json!({});
     for op in ["gt", "gte", "lt", "lte"] {
-        assert_eq!(outcome(op, "5", missing.clone()), (false, true), "{op}");
-        assert_eq!(outcome(op, "5", null.clone()), (false, true), "{op}");
+        for input in [&missing, &null, &no_parent] {
+            assert_eq!(outcome(op, "5", input.clone()), (false, false), "{op} on {input}");
+        }
+        // a present value of a type the operator cannot take still warns
+        assert_eq!(outcome(op, "5", json!({"m": {"x-rate": "5"}})), (false, true), "{op}");
+        assert_eq!(outcome(op, "5", json!({"m": {"x-rate": [5]}})), (false, true), "{op}");
     }
     assert_eq!(outcome("gte", "5", five.clone()), (true, false));
+    assert_eq!(outcome("lt", "5", five.clone()), (false, false));
     for op in ["contains", "not_contains", "starts_with", "ends_with", "matches"] {
-        assert_eq!(outcome(op, "a", missing.clone()), (false, true), "{op}");
+        for input in [&missing, &null, &no_parent] {
+            assert_eq!(outcome(op, "a", input.clone()), (false, false), "{op} on {input}");
+        }
+        assert_eq!(outcome(op, "a", five.clone()), (false, true), "{op} on a number");
     }
+    assert_eq!(outcome("not_contains", "a", json!({"m": {"x-rate": "xyz"}})), (true, false));
+    assert_eq!(outcome("contains", "a", json!({"m": {"x-rate": "abc"}})), (true, false));
+    // a parent that is not an object is not an absent field: reading it is the error
+    assert_eq!(outcome("gt", "5", json!({"m": 3})), (false, true));
     // null counts as missing
     assert_eq!(outcome("exists", "", null.clone()), (false, false));
     assert_eq!(outcome("exists", "", missing.clone()), (false, false));
     assert_eq!(outcome("exists", "", five.clone()), (true, false));
     assert_eq!(outcome("not_exists", "", null.clone()), (true, false));
     assert_eq!(outcome("not_exists", "", json!({})), (true, false));
-    // `==`, `!=` and `in` take nil without an error
+    // `==`, `!=` and `in` take nil as §3 says, unchanged: absent `ne 5` holds
     assert_eq!(outcome("eq", "5", missing.clone()), (false, false));
     assert_eq!(outcome("ne", "5", missing.clone()), (true, false));
     assert_eq!(outcome("in", "[5]", null.clone()), (false, false));
-    assert_eq!(outcome("not_in", "[5]", null), (true, false));
+    assert_eq!(outcome("not_in", "[5]", null.clone()), (true, false));
+    // a trace names the part that did not hold: the guard, with the value it read (the rule
+    // index rules the rule out, so the reference scan's trace, which tries every rule)
+    let table = loaded(&with_conditions("gt", "5"));
+    let trace = table.decide_reference(null.to_string().as_bytes()).unwrap().trace.unwrap();
+    assert_eq!(trace[0].reason, "m[\"x-rate\"] != nil was false (m[\"x-rate\"] = null)");
+    // `when:` keeps §3's rules: the same comparison written as an expression warns
+    let when = loaded(&with_when("m[\"x-rate\"] > 5"));
+    let d = when.decide_reference(missing.to_string().as_bytes()).unwrap();
+    assert_eq!((d.rule.is_some(), d.warnings.len()), (false, 1));
+}
+
+#[test]
+fn the_router_fallback_table_answers_a_bare_request_without_warnings() {
+    // The shipped backup_rules answered every router fallback (a request without metrics or
+    // the optional headers) with a warning per comparison on an absent field.
+    let path = tables().join("backup_rules.yaml");
+    let table = Table::load(&path, &Limits::default()).unwrap();
+    for input in [
+        json!({"method": "GET", "path": "/search", "headers": {"user-agent": "Firefox"}}),
+        json!({"method": "POST", "headers": {}}),
+        json!({}),
+    ] {
+        let a = answer(&table, &input);
+        assert_eq!(a["rule_id"], "everything_else", "{input}: {a}");
+        assert!(a.get("warnings").is_none(), "{input}: {a}");
+    }
+    // a value of the wrong type is still said
+    let a = answer(&table, &json!({"method": "GET", "metrics": {"query_tokens": "many"}}));
+    assert!(a["warnings"].as_array().is_some_and(|w| !w.is_empty()), "{a}");
 }
 
 #[test]
@@ -218,7 +266,7 @@ fn yaml_syntax_errors_have_positions() {
     let text = "rules:\n  - id: a\n\twhen: x\n";
     error_at(text, "\t", 0, "YAML indents with spaces, not tabs");
     let text = "rules:\n  - id: a\n    when: 'unterminated\n";
-    error_at(text, "'unterminated", 0, "unclosed quote");
+    error_at(text, "'unterminated", 0, "this `'` opens a quoted value that is never closed");
     error_at("rules: []\n---\nrules: []\n", "---", 0, "a second YAML document");
 }
 
@@ -780,5 +828,5 @@ fn clef_check_tells_a_rule_set_from_a_config_by_its_rules_key() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains("search_rewrite.tests.json: ok (16 tests for table \"search_rewrite\")"), "{out}");
-    assert!(out.contains("backup_rules.tests.json: ok (10 tests for table \"backup_rules\")"), "{out}");
+    assert!(out.contains("backup_rules.tests.json: ok (11 tests for table \"backup_rules\")"), "{out}");
 }

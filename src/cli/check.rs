@@ -6,8 +6,6 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 use super::tests::{self, tests_file_for};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::table::{table_name, Limits, Table};
@@ -83,9 +81,6 @@ pub fn run(paths: &[PathBuf]) -> i32 {
                 table.engine.outcome_noun(),
                 table.version
             );
-            if let Some(warning) = stale_compiled(&table) {
-                eprintln!("{}", Diagnostic::whole_file(&shown, warning).warning());
-            }
             tally.count(true);
         }
         let sibling = tests_file_for(&path);
@@ -93,27 +88,17 @@ pub fn run(paths: &[PathBuf]) -> i32 {
             tally.count(check_tests_file(&sibling, Some(&table)));
         }
     }
+    // Files that are one table name and cannot be one table (a `.cfb` beside a source it was
+    // not compiled from, `risk.json` beside `risk.yaml`): the error the server would give.
+    for files in super::table_groups(paths).into_iter().flatten().filter(|files| files.len() > 1) {
+        if let Err(problem) = super::served_file(&files) {
+            let shown = files.first().map(|f| f.display().to_string()).unwrap_or_default();
+            eprintln!("{}", Diagnostic::whole_file(&shown, problem));
+            tally.conflicts += 1;
+        }
+    }
     println!("{}", tally.summary());
-    i32::from(failed || tally.errors > 0)
-}
-
-/// For a `.cfb` beside a `.flash.json` it was not compiled from: what the server will do.
-fn stale_compiled(table: &Table) -> Option<String> {
-    let spec = match &*table.engine {
-        crate::table::Engine::Flash(f) if table.kind == crate::table::TableKind::FlashCompiled => f.spec(),
-        _ => return None,
-    };
-    let source = table.path.with_file_name(format!("{}.flash.json", table.name));
-    let bytes = std::fs::read(&source).ok()?;
-    (Sha256::digest(&bytes).as_slice() != spec.source_sha256).then(|| {
-        format!(
-            "it was compiled from another version of {}: the server serves the source instead; compile it again \
-             with clef flash compile {} -o {}",
-            source.display(),
-            source.display(),
-            table.path.display()
-        )
-    })
+    i32::from(failed || tally.errors > 0 || tally.conflicts > 0)
 }
 
 /// Files checked, and how many had errors.
@@ -121,6 +106,8 @@ fn stale_compiled(table: &Table) -> Option<String> {
 struct Tally {
     files: usize,
     errors: usize,
+    /// table names whose files cannot make one table
+    conflicts: usize,
 }
 
 impl Tally {
@@ -132,7 +119,17 @@ impl Tally {
     /// `checked 9 files: 8 ok, 1 with errors`
     fn summary(&self) -> String {
         let plural = if self.files == 1 { "" } else { "s" };
-        format!("checked {} file{plural}: {} ok, {} with errors", self.files, self.files - self.errors, self.errors)
+        let summary = format!(
+            "checked {} file{plural}: {} ok, {} with errors",
+            self.files,
+            self.files - self.errors,
+            self.errors
+        );
+        match self.conflicts {
+            0 => summary,
+            1 => format!("{summary}; 1 table name has two files that cannot be one table"),
+            n => format!("{summary}; {n} table names have two files that cannot be one table"),
+        }
     }
 }
 

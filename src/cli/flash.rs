@@ -98,7 +98,7 @@ pub fn describe(path: &Path, bytes: &[u8], table: &FlashTable) -> String {
     let source = path.with_file_name(format!("{}.flash.json", table_name(path)));
     let beside = match std::fs::read(&source) {
         Ok(s) if Sha256::digest(&s).as_slice() == spec.source_sha256 => format!(" = {} (served)", source.display()),
-        Ok(_) => format!(" ≠ {} now: the server serves the source until this is compiled again", source.display()),
+        Ok(_) => format!(" ≠ {} now: the two files are a load error until this is compiled again", source.display()),
         Err(_) => String::new(),
     };
     let _ = writeln!(o, "source:      SHA-256 {}{beside}", hex(&spec.source_sha256));

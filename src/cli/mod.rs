@@ -10,7 +10,7 @@ pub mod tests;
 mod tune;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
@@ -215,4 +215,62 @@ pub(crate) fn expand(paths: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
         }
     }
     out
+}
+
+/// The table files of `paths` (folders expanded), grouped as the server groups its tables
+/// folder: by folder and table name. A named flash file brings the other half of its pair
+/// (`NAME.flash.json` beside `NAME.cfb`) when it exists, as the server would find both. Groups
+/// keep the order of `paths`; an entry that is not a table file (a tests file) is its own group.
+pub(crate) fn table_groups(paths: &[PathBuf]) -> Vec<Result<Vec<PathBuf>, String>> {
+    use crate::table::{table_name, TableKind};
+    let mut groups: Vec<Result<Vec<PathBuf>, String>> = Vec::new();
+    let key = |p: &Path| (p.parent().map(Path::to_path_buf), table_name(p));
+    for entry in expand(paths) {
+        let path = match entry {
+            Ok(p) => p,
+            Err(e) => {
+                groups.push(Err(e));
+                continue;
+            }
+        };
+        let partner = match TableKind::of_path(&path) {
+            None => {
+                groups.push(Ok(vec![path]));
+                continue;
+            }
+            Some(TableKind::Flash) => Some(path.with_file_name(format!("{}.cfb", table_name(&path)))),
+            Some(TableKind::FlashCompiled) => Some(path.with_file_name(format!("{}.flash.json", table_name(&path)))),
+            Some(_) => None,
+        };
+        let same = groups.iter().position(|g| {
+            g.as_ref()
+                .ok()
+                .and_then(|g| g.first())
+                .is_some_and(|first| TableKind::of_path(first).is_some() && key(first) == key(&path))
+        });
+        let at = same.unwrap_or_else(|| {
+            groups.push(Ok(Vec::new()));
+            groups.len() - 1
+        });
+        let Some(Ok(group)) = groups.get_mut(at) else { continue };
+        for p in std::iter::once(path).chain(partner.filter(|p| p.is_file())) {
+            if !group.contains(&p) {
+                group.push(p);
+            }
+        }
+        group.sort();
+    }
+    groups
+}
+
+/// What the server would make of each group of [`table_groups`]: the one file it serves, or
+/// the error naming the files when they cannot make one table (`registry::pick`).
+pub(crate) fn served_file(group: &[PathBuf]) -> Result<PathBuf, String> {
+    match group {
+        [one] => Ok(one.clone()),
+        _ => {
+            let name = group.first().map(|p| crate::table::table_name(p)).unwrap_or_default();
+            crate::table::registry::pick(&name, group).map(|(path, _)| path).map_err(|e| e.summary)
+        }
+    }
 }

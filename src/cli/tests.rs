@@ -276,9 +276,18 @@ pub fn run_test(table: &Table, test: &TableTest) -> TestOutcome {
 /// Runs `clef test`; returns the exit code.
 pub fn run(paths: &[PathBuf], coverage: bool) -> i32 {
     let (mut passed, mut failed, mut errors) = (0usize, 0usize, 0usize);
-    for entry in super::expand(paths) {
-        let path = match entry {
-            Ok(p) => p,
+    // One run per table, as the server serves it: a `.cfb` beside its `.flash.json` is one
+    // table (whose tests file both would read), and two files that cannot be one are an error.
+    for group in super::table_groups(paths) {
+        let served = group.map(|files| (super::served_file(&files), files));
+        let path = match served {
+            Ok((Ok(p), _)) => p,
+            Ok((Err(problem), files)) => {
+                let shown = files.first().map(|f| f.display().to_string()).unwrap_or_default();
+                eprintln!("{}", Diagnostic::whole_file(&shown, problem));
+                errors += 1;
+                continue;
+            }
             Err(msg) => {
                 eprintln!("{msg}");
                 errors += 1;

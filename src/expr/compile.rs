@@ -141,7 +141,17 @@ impl Compiler<'_> {
             }
             ExprKind::And(items) | ExprKind::Or(items) => {
                 let is_and = matches!(e.kind, ExprKind::And(_));
-                let nodes = self.compile_all(items)?;
+                // `a && (b && c)` is `a && b && c`, evaluated in the same order and stopping at
+                // the same place: one flat list, so that the parenthesised parts a rule set's
+                // rule is joined from do not cost a nested call each
+                let mut nodes = Vec::with_capacity(items.len());
+                for node in self.compile_all(items)? {
+                    match node {
+                        Node::And(inner) if is_and => nodes.extend(inner),
+                        Node::Or(inner) if !is_and => nodes.extend(inner),
+                        other => nodes.push(other),
+                    }
+                }
                 // A leading constant that decides the result makes the rest unreachable.
                 if let Some(Node::Const(Const::Bool(b))) = nodes.first() {
                     if *b != is_and {

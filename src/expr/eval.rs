@@ -169,7 +169,8 @@ fn leaf_truth<'a>(node: &'a Node, cx: &Ctx<'a>) -> Option<bool> {
                 (Value::Str(a), Const::Str(b)) => same_bytes(a.as_bytes(), b.as_bytes()),
                 (Value::Int(a), Const::Int(b)) => a == b,
                 (Value::Bool(a), Const::Bool(b)) => a == b,
-                (Value::Nil, Const::Nil) => true,
+                // `x != nil`, the guard of fields a caller may leave out: only nil is nil
+                (v, Const::Nil) => matches!(v, Value::Nil),
                 (Value::Str(_) | Value::Bool(_) | Value::Nil, Const::Int(_) | Const::Float(_))
                 | (Value::Int(_) | Value::Float(_) | Value::Bool(_) | Value::Nil, Const::Str(_)) => false,
                 _ => return None,

@@ -21,6 +21,9 @@ use crate::suggest::did_you_mean;
 pub const TABLE_KEYS: &[&str] = &["name", "description", "version", "schema", "params", "tests", "default", "rules"];
 /// The keys a rule may have.
 pub const RULE_KEYS: &[&str] = &["id", "condition", "action", "enabled", "description"];
+/// Keys written for a rule's expression in other formats and languages (YAML rule sets' `when`):
+/// in a Jev table it is `condition`.
+const CONDITION_ALIASES: &[&str] = &["when", "if", "expr", "expression", "predicate", "rule", "conditions"];
 /// The keys a parameter declaration may have.
 pub const PARAM_KEYS: &[&str] = &["value", "min", "max", "step", "tunable", "description"];
 
@@ -110,19 +113,12 @@ pub fn load(path: &str, source: &str, limits: &Limits) -> Result<(RuleEngine, Ta
     }
 }
 
-/// A JSON syntax error of a file, positioned with a caret. serde_json reports
-/// a trailing comma at the bracket after it (as "trailing comma", or, when it
-/// skips values, as "key must be a string" or "expected value"): it is
-/// reported at the comma, as "trailing comma".
+/// A JSON syntax error of a file, positioned with a caret and named as the mistake a person
+/// makes where it is recognisable (see [`json_mistake`]); else serde_json's message.
 pub fn json_error(path: &str, source: &str, e: &serde_json::Error) -> Diagnostic {
     let offset = line_col_offset(source, e.line(), e.column());
-    let bytes = source.as_bytes();
-    if let Some(&close) = bytes.get(offset).filter(|b| matches!(b, b'}' | b']')) {
-        let before = bytes.iter().take(offset).rposition(|b| !b.is_ascii_whitespace());
-        if let Some(comma) = before.filter(|&i| bytes.get(i) == Some(&b',')) {
-            let message = format!("trailing comma before `{}`: JSON allows none here; remove it", close as char);
-            return Diagnostic::at_offset(path, source, comma, 1, message);
-        }
+    if let Some((at, width, message)) = json_mistake(source, offset, e) {
+        return Diagnostic::at_offset(path, source, at, width, message);
     }
     let msg = e.to_string();
     let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
@@ -131,6 +127,118 @@ pub fn json_error(path: &str, source: &str, e: &serde_json::Error) -> Diagnostic
         _ => format!("invalid JSON: {msg}"),
     };
     Diagnostic::at_line_col(path, source, e.line().max(1), e.column().max(1), msg)
+}
+
+/// The mistake behind a JSON syntax error that serde_json found at byte `offset`, as
+/// `(where, width, message)`:
+/// - a trailing comma, which serde_json reports at the bracket after it (as "trailing comma",
+///   or, when it skips values, as "key must be a string" or "expected value"): at the comma;
+/// - a line break in a string: its closing quote is missing (the whole string underlined);
+///   another control character (a tab) must be escaped;
+/// - a word right after a string (`"a > 5, "action"`): the string before lacks its closing
+///   quote and ran on to the quote that was to open the word;
+/// - a value right after a value: a comma is missing between them;
+/// - single quotes, keys without quotes and `//` comments, which JSON does not have.
+fn json_mistake(source: &str, offset: usize, e: &serde_json::Error) -> Option<(usize, usize, String)> {
+    let bytes = source.as_bytes();
+    let here = bytes.get(offset).copied();
+    let message = e.to_string();
+    let message = message.split(" at line ").next().unwrap_or(&message);
+    let previous = bytes.iter().take(offset).rposition(|b| !b.is_ascii_whitespace());
+    if let Some(close) = here.filter(|b| matches!(b, b'}' | b']')) {
+        if let Some(comma) = previous.filter(|&i| bytes.get(i) == Some(&b',')) {
+            let message = format!("trailing comma before `{}`: JSON allows none here; remove it", close as char);
+            return Some((comma, 1, message));
+        }
+    }
+    if message.starts_with("control character") {
+        // serde_json's column is the character before it
+        let at = (offset..=offset + 1).find(|&i| bytes.get(i).is_some_and(|b| *b < 0x20))?;
+        let here = bytes.get(at).copied();
+        if matches!(here, Some(b'\n' | b'\r')) {
+            let start = string_start(bytes, at)?;
+            return Some((
+                start,
+                at - start,
+                "this string is not closed on its line: a closing `\"` is probably missing at its end (a string \
+                 cannot hold a line break; write \\n for one)"
+                    .to_string(),
+            ));
+        }
+        let message = match here {
+            Some(b'\t') => "a tab inside a string: write it as \\t".to_string(),
+            Some(b) => format!("a control character (U+{b:04X}) inside a string: write it as \\u{b:04x}"),
+            None => return None,
+        };
+        return Some((at, 1, message));
+    }
+    if message.starts_with("expected `,` or") {
+        let word_end = bytes.get(offset..)?.iter().position(|b| !(b.is_ascii_alphanumeric() || *b == b'_'));
+        let word = source.get(offset..offset + word_end.unwrap_or(0)).unwrap_or_default();
+        let after_string = previous.is_some_and(|i| bytes.get(i) == Some(&b'"'));
+        if after_string && !word.is_empty() && !matches!(word, "true" | "false" | "null") {
+            let close = previous?;
+            let start = string_start(bytes, close)?;
+            return Some((
+                start,
+                close + 1 - start,
+                format!(
+                    "a closing `\"` is probably missing in this string: it runs on to the `\"` before `{word}` \
+                     ({}), which was to open a string",
+                    line_col(source, offset)
+                ),
+            ));
+        }
+        let starts_value =
+            matches!(here, Some(b'{' | b'[' | b'"' | b'-' | b'0'..=b'9')) || matches!(word, "true" | "false" | "null");
+        if starts_value {
+            let between = if message.ends_with("`]`") { "the items of an array" } else { "the members of an object" };
+            return Some((offset, 1, format!("a `,` is missing before this: JSON separates {between} with commas")));
+        }
+    }
+    match here {
+        Some(b'\'') => {
+            Some((offset, 1, "JSON strings are written in double quotes: write \"…\" instead of '…'".to_string()))
+        }
+        Some(b'/') if bytes.get(offset + 1).is_some_and(|b| matches!(b, b'/' | b'*')) => Some((
+            offset,
+            2,
+            "JSON has no comments; remove it (a table, a rule and a parameter may have a \"description\")".to_string(),
+        )),
+        Some(b) if message == "key must be a string" && (b.is_ascii_alphabetic() || b == b'_') => {
+            let end =
+                bytes.get(offset..)?.iter().position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-')));
+            let key = source.get(offset..offset + end.unwrap_or(0)).unwrap_or_default();
+            Some((offset, key.len().max(1), format!("a key is a string in double quotes in JSON: write \"{key}\"")))
+        }
+        _ => None,
+    }
+}
+
+/// Where the string whose text runs up to byte `end` (on the same line) opens: the last `"`
+/// before it that no backslash escapes.
+fn string_start(bytes: &[u8], end: usize) -> Option<usize> {
+    let mut i = end;
+    while i > 0 {
+        i -= 1;
+        match bytes.get(i) {
+            Some(b'\n') | None => return None,
+            Some(b'"') => {
+                let backslashes = bytes.get(..i)?.iter().rev().take_while(|b| **b == b'\\').count();
+                if backslashes % 2 == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `line:column` of byte `offset`, counted as diagnostics count them.
+fn line_col(source: &str, offset: usize) -> String {
+    let d = Diagnostic::at_offset("", source, offset, 1, String::new());
+    format!("{}:{}", d.line, d.column)
 }
 
 /// The byte offset of serde_json's 1-based line and byte column.
@@ -329,13 +437,24 @@ impl<'s> Loader<'s> {
             }
         };
         let label = id.as_ref().map(|(s, _)| format!("rule \"{s}\"")).unwrap_or_else(|| format!("rule #{}", i + 1));
+        // the keys an unknown key stands for: they are not said to be missing as well
+        let mut meant = Vec::new();
         for (k, v) in &fields {
-            if !RULE_KEYS.contains(&k.as_str()) {
-                let hint = did_you_mean(k, RULE_KEYS.iter().copied())
-                    .map(|s| format!("; did you mean \"{s}\"?"))
-                    .unwrap_or_else(|| format!("; a rule may have {}", RULE_KEYS.join(", ")));
-                self.at_key(v, k, format!("{label}: unknown key \"{k}\"{hint}"));
+            if RULE_KEYS.contains(&k.as_str()) {
+                continue;
             }
+            let hint = if CONDITION_ALIASES.contains(&k.as_str()) {
+                meant.push("condition");
+                "; a rule of a JSON table writes its expression in \"condition\" (\"when\" and \"conditions\" are keys \
+                 of YAML rule sets): rename the key to \"condition\""
+                    .to_string()
+            } else if let Some(s) = did_you_mean(k, RULE_KEYS.iter().copied()) {
+                meant.push(s);
+                format!("; did you mean \"{s}\"?")
+            } else {
+                format!("; a rule may have {}", RULE_KEYS.join(", "))
+            };
+            self.at_key(v, k, format!("{label}: unknown key \"{k}\"{hint}"));
         }
         let enabled = match fields.get("enabled") {
             None => true,
@@ -357,14 +476,21 @@ impl<'s> Loader<'s> {
                 }
             },
             None => {
-                self.at(raw, format!("{label} has no \"action\""));
+                if !meant.contains(&"action") {
+                    self.at(raw, format!("{label} has no \"action\""));
+                }
                 None
             }
         };
         let cond_raw = match fields.get("condition") {
             Some(v) => *v,
             None => {
-                self.at(raw, format!("{label} has no \"condition\" (write \"condition\": \"true\" for a catch-all)"));
+                if !meant.contains(&"condition") {
+                    self.at(
+                        raw,
+                        format!("{label} has no \"condition\" (write \"condition\": \"true\" for a catch-all)"),
+                    );
+                }
                 return None;
             }
         };

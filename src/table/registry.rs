@@ -457,39 +457,39 @@ impl Sources {
 
 /// The file a table name is served from, with its bytes: its only file; or, for a `.cfb` beside
 /// the `.flash.json` it was compiled from (the SHA-256 the `.cfb` records is the source's), the
-/// `.cfb`. A `.cfb` that is stale (compiled from another version of the source) or does not load
-/// leaves the source to be served, with a warning in the log. Any other two files with one name
-/// are an error naming both.
-fn pick(name: &str, paths: &[PathBuf]) -> Result<(PathBuf, Vec<u8>), TableError> {
+/// `.cfb`. Any other two files with one name are an error naming both (SPEC §11), a `.cfb`
+/// beside a source it was not compiled from (or that records none) too: serving either would
+/// hide that the other is not what it looks like. `clef test` and `clef check` pair files
+/// with it, as the server does.
+pub fn pick(name: &str, paths: &[PathBuf]) -> Result<(PathBuf, Vec<u8>), TableError> {
     let read = |p: &Path| super::read_table_file(p).map_err(|e| format!("{}: cannot read the file: {e}", p.display()));
     let unreadable = |e| TableError::new(FailureKind::Unreadable, e);
     if let [one] = paths {
         return Ok((one.clone(), read(one).map_err(unreadable)?));
     }
+    let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let both = format!("two files map to the table name \"{name}\": {}", list.join(" and "));
     let Some((compiled, source)) = flash_pair(paths) else {
-        let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        let message = format!("two files map to the table name \"{name}\": {}; rename one", list.join(" and "));
-        return Err(TableError::new(FailureKind::NameClash, message));
+        return Err(TableError::new(FailureKind::NameClash, format!("{both}; rename one")));
     };
     let source_bytes = read(source).map_err(unreadable)?;
-    let why = match read(compiled) {
-        Ok(bytes) if cfb::recorded_source(&bytes) == Some(Sha256::digest(&source_bytes).into()) => {
-            match cfb::read(&bytes) {
-                Ok(_) => return Ok((compiled.clone(), bytes)),
-                Err(e) => format!("it does not load ({e})"),
-            }
+    let bytes = read(compiled).map_err(unreadable)?;
+    let why = match cfb::recorded_source(&bytes) {
+        Some(recorded) if recorded == <[u8; 32]>::from(Sha256::digest(&source_bytes)) => {
+            return Ok((compiled.clone(), bytes));
         }
-        Ok(_) => "it was compiled from another version of the source (the SHA-256 it records differs)".to_string(),
-        Err(e) => e,
+        Some(recorded) if recorded != [0; 32] => {
+            "was compiled from another version of the source (the SHA-256 it records differs)"
+        }
+        _ => "does not record the source it was compiled from",
     };
-    log::warn!(
-        "table \"{name}\": not serving {}: {why}; serving {} instead. Compile it again: clef flash compile {} -o {}",
+    let message = format!(
+        "{both}, and {} {why}; compile it again (clef flash compile {} -o {}) or remove one",
         compiled.display(),
-        source.display(),
         source.display(),
         compiled.display()
     );
-    Ok((source.clone(), source_bytes))
+    Err(TableError::new(FailureKind::NameClash, message))
 }
 
 /// `(the .cfb, the .flash.json)` when `paths` are exactly those two, side by side.

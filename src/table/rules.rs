@@ -628,12 +628,18 @@ impl RuleEngine {
     }
 }
 
-/// The top-level conjuncts of a condition (itself when it is not an `&&`).
+/// The top-level conjuncts of a condition (itself when it is not an `&&`), through
+/// parentheses: `a && (b && c)` has three, as it compiles to three nodes.
 fn conjuncts(e: &Expr) -> Vec<&Expr> {
-    match &e.kind {
-        ExprKind::And(items) => items.iter().collect(),
-        _ => vec![e],
+    fn add<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+        match &e.kind {
+            ExprKind::And(items) => items.iter().for_each(|i| add(i, out)),
+            _ => out.push(e),
+        }
     }
+    let mut out = Vec::new();
+    add(e, &mut out);
+    out
 }
 
 /// The reason of a false condition: the first of `parts` whose value (`value(i)`) is not

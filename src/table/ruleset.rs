@@ -9,13 +9,17 @@
 //! placeholders, conditions parsed, checked and compiled into the same engine.
 //!
 //! Each `conditions` entry becomes the expression it stands for —
-//! `{field: headers.user-agent, operator: contains, value: Mobile}` is
-//! `headers["user-agent"] contains "Mobile"` — so a rule set decides exactly as the equivalent
-//! Jev table does, at the same cost. The pieces of that text remember where they came from
-//! (the field, the operator, the value), so a problem the compiler finds in it (an unknown field
-//! under a schema, a bad regex) is shown at the piece of the file it is about. A `when:` is
-//! handed over as written, with a map from each byte of the decoded scalar to its byte in the
-//! file (through quotes, escapes, folding and block indentation: see [`yaml::scalar_map`]).
+//! `{field: metrics.rate, operator: gt, value: 0.05}` is `metrics.rate != nil && metrics.rate >
+//! 0.05`: the operators that cannot take nil (`gt gte lt lte contains not_contains starts_with
+//! ends_with matches`) are guarded, so that an absent or null field makes the entry false
+//! without a warning (SPEC §4.2, revision 4), and a value of the wrong type still warns — so a
+//! rule set decides exactly as the equivalent Jev table does, at the same cost, through the one
+//! evaluator, and the rule index reads the guard as it reads any `f != nil`. The pieces of that
+//! text remember where they came from (the field, the operator, the value), so a problem the
+//! compiler finds in it (an unknown field under a schema, a bad regex) is shown at the piece of
+//! the file it is about. A `when:` is handed over as written, with a map from each byte of the
+//! decoded scalar to its byte in the file (through quotes, escapes, folding and block
+//! indentation: see [`yaml::scalar_map`]).
 
 use std::ops::Range;
 
@@ -29,6 +33,7 @@ use crate::expr::lexer::KEYWORDS;
 use crate::expr::{Const, Env};
 use crate::suggest::did_you_mean;
 use crate::yaml::{self, Kind, Node, Value};
+use granit_parser::ScalarStyle;
 
 /// The keys a rule set may have at its top level.
 pub const TOP_KEYS: &[&str] = &["version", "name", "description", "schema", "params", "default", "rules"];
@@ -86,6 +91,13 @@ impl Need {
             "exists" | "not_exists" => Need::Nothing,
             _ => Need::Text,
         }
+    }
+
+    /// Whether the operator cannot take nil (`gt`, `contains`, `matches` …), so that an entry
+    /// on an absent or null field is false, not an error (SPEC §4.2, revision 4): the entry
+    /// stands for `field != nil && …`. `eq ne in not_in` take nil as §3 says; `exists` asks.
+    fn is_nil_guarded(self) -> bool {
+        matches!(self, Need::Ordered | Need::Text)
     }
 
     fn says(self) -> &'static str {
@@ -244,6 +256,11 @@ impl<'s> Reader<'s> {
                 continue;
             }
             let hint = match (key, did_you_mean(key, known.iter().copied())) {
+                // a Jev rule's key: which of the two YAML ones is meant depends on what follows
+                ("condition", _) if known.contains(&"when") => {
+                    "; write \"when\" for an expression, \"conditions\" for a list of {field, operator, value}"
+                        .to_string()
+                }
                 (_, Some(s)) => {
                     suggested.push(s);
                     format!("; did you mean \"{s}\"?")
@@ -251,7 +268,6 @@ impl<'s> Reader<'s> {
                 ("tests", None) if what == "a rule set" => {
                     "; the tests of a rule set go in a file NAME.tests.json beside it".to_string()
                 }
-                ("condition", None) => "; write \"when\" for an expression, \"conditions\" for a list".to_string(),
                 _ => format!("; {what} may have {}", known.join(", ")),
             };
             self.at(&k.span, format!("{label}unknown key \"{}\"{hint}", quote(key)));
@@ -459,7 +475,7 @@ impl<'s> Reader<'s> {
             }
             None => {}
         }
-        if let Some(part) = node.entry("when").and_then(|(k, v)| self.when(&label, k, v)) {
+        if let Some(part) = node.entry("when").and_then(|(k, v)| self.when(&label, k, v, env)) {
             condition.push(part);
         }
         let (id, id_at) = id?;
@@ -468,8 +484,15 @@ impl<'s> Reader<'s> {
     }
 
     /// A `when:` expression, located through its scalar's quoting.
-    fn when(&mut self, label: &str, key: &Node<'_>, node: &Node<'_>) -> Option<ConditionPart<'static>> {
+    fn when(&mut self, label: &str, key: &Node<'_>, node: &Node<'_>, env: &Env) -> Option<ConditionPart<'static>> {
         let text = match node.scalar() {
+            Some(s) if s.style == ScalarStyle::Plain && !node.is_null() => {
+                if let Some((at, why)) = unquoted_when_mistake(self.source, &node.span, &s.text, env.max_depth) {
+                    self.at(&(at..at + 1), format!("{label}: {why}"));
+                    return None;
+                }
+                s.text.to_string()
+            }
             Some(s) if !node.is_null() && !s.text.trim().is_empty() => s.text.to_string(),
             Some(_) => {
                 self.at(&key.span, format!("{label}: \"when\" is empty; write an expression, or remove the key"));
@@ -577,6 +600,12 @@ impl<'s> Reader<'s> {
         }
         let mut w = Written::default();
         let op = |w: &mut Written, s: &str| w.push_at(s, &operator.1, false);
+        if need.is_nil_guarded() {
+            // revision 4: an absent or null field makes the entry false, without the error the
+            // operator would give nil
+            w.push_at(&field, &field_span, field_exact);
+            op(&mut w, " != nil && ");
+        }
         match operator.0.as_str() {
             "not_contains" => {
                 op(&mut w, "!(");
@@ -700,6 +729,41 @@ impl<'s> Reader<'s> {
             }
         }
     }
+}
+
+/// What YAML did to an unquoted `when:` (the plain scalar `text` at `span`) that makes it an
+/// expression that does not parse, and where the mistake is: a ` #` that began a comment in
+/// the middle of it, or a closing quote at its end with none opening it. `None` when the
+/// expression parses, or fails for another reason (which the builder reports).
+fn unquoted_when_mistake(source: &str, span: &Range<usize>, text: &str, max_depth: usize) -> Option<(usize, String)> {
+    let rest_of_line = source.get(span.end..)?.split('\n').next().unwrap_or_default();
+    let comment = rest_of_line.find('#').filter(|&h| h > 0 && rest_of_line[..h].trim().is_empty());
+    let closing = text.chars().last().filter(|&c| matches!(c, '\'' | '"') && !text.starts_with(c));
+    if comment.is_none() && closing.is_none() {
+        return None;
+    }
+    // only what does not parse is a mistake: `x > 1 # why` is a comment as meant
+    let failure = crate::expr::parser::parse(text, max_depth).err()?;
+    if let Some(hash) = comment {
+        return Some((
+            span.end + hash,
+            format!(
+                "` #` starts a YAML comment, so this `when:` ends before it, as `{}`; put the whole expression in \
+                 quotes: when: '…'",
+                quote(text)
+            ),
+        ));
+    }
+    let last = closing?;
+    (failure.span.start + last.len_utf8() == text.len()).then(|| {
+        (
+            span.start,
+            format!(
+                "this `when:` ends with a `{last}` but does not start with one: the opening `{last}` is probably \
+                 missing here, at the start of the expression"
+            ),
+        )
+    })
 }
 
 /// A place one line wide at most (what a caret underlines for a whole value).
