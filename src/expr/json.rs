@@ -10,6 +10,15 @@ use super::value::Value;
 /// Iterative over arrays and objects: request data can be 128 levels deep
 /// and this may run on a small coroutine stack.
 pub fn write_value(v: &Value<'_>, out: &mut String) {
+    write_value_bounded(v, out, usize::MAX);
+}
+
+/// [`write_value`] that stops once it has written more than `budget` bytes: the text then ends
+/// somewhere inside the value (not valid JSON), and is at least `budget / 4` characters long.
+/// For previews of values that may be large (an explanation shows a 4 KB message's first
+/// characters), at a cost that does not grow with the value.
+pub fn write_value_bounded(v: &Value<'_>, out: &mut String, budget: usize) {
+    let start = out.len();
     enum Step<'a> {
         Value(Value<'a>),
         Key(&'a str),
@@ -17,6 +26,10 @@ pub fn write_value(v: &Value<'_>, out: &mut String) {
     }
     let mut stack = vec![Step::Value(*v)];
     while let Some(step) = stack.pop() {
+        let written = out.len() - start;
+        if written > budget {
+            return;
+        }
         match step {
             Step::Text(t) => out.push_str(t),
             Step::Key(k) => {
@@ -30,7 +43,17 @@ pub fn write_value(v: &Value<'_>, out: &mut String) {
                     let _ = write!(out, "{i}");
                 }
                 Value::Float(f) => write_json_float(f, out),
-                Value::Str(s) => write_json_string(s, out),
+                Value::Str(s) => {
+                    let shown = prefix(s, budget - written);
+                    if shown.len() == s.len() {
+                        write_json_string(s, out);
+                    } else {
+                        // cut: no closing quote, the text goes on
+                        out.push('"');
+                        write_escaped(shown, out);
+                        return;
+                    }
+                }
                 Value::Array(a) => {
                     out.push('[');
                     stack.push(Step::Text("]"));
@@ -59,6 +82,19 @@ pub fn write_value(v: &Value<'_>, out: &mut String) {
     }
 }
 
+/// `s` when it has at most `max` bytes, else its shortest start of more than `max` bytes that
+/// ends on a character boundary (so that a bounded writer is past its budget after it).
+fn prefix(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max + 1;
+    while !s.is_char_boundary(end) {
+        end += 1;
+    }
+    s.get(..end).unwrap_or(s)
+}
+
 /// Writes a float the way JSON writers do: `2.0`, `0.5`, `1e21`; non-finite as `null`.
 pub fn write_json_float(f: f64, out: &mut String) {
     if f.is_finite() {
@@ -77,6 +113,12 @@ pub fn write_json_float(f: f64, out: &mut String) {
 pub fn write_json_string(s: &str, out: &mut String) {
     out.reserve(s.len() + 2);
     out.push('"');
+    write_escaped(s, out);
+    out.push('"');
+}
+
+/// The inside of a JSON string literal: `s` with the escapes JSON requires.
+fn write_escaped(s: &str, out: &mut String) {
     let mut rest = s;
     // most strings (ids, names, actions) need no escape: one scan, one copy
     while let Some(at) = rest.bytes().position(|b| b == b'"' || b == b'\\' || b < 0x20) {
@@ -97,7 +139,6 @@ pub fn write_json_string(s: &str, out: &mut String) {
         rest = chars.as_str();
     }
     out.push_str(rest);
-    out.push('"');
 }
 
 /// Writes `pairs` as a JSON object of strings (`{"a":"b",...}`).
@@ -124,4 +165,36 @@ pub fn quote(s: &str) -> String {
 /// Converts a value to a `serde_json::Value` (int and float kept apart).
 pub fn to_serde(v: &Value<'_>) -> serde_json::Value {
     serde_json::from_str(&v.to_json()).unwrap_or(serde_json::Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn full(v: &Value<'_>) -> String {
+        let mut s = String::new();
+        write_value(v, &mut s);
+        s
+    }
+
+    proptest! {
+        /// A bounded write is the start of the full text: all of it within the budget, else
+        /// more than the budget's bytes and at least a quarter as many characters.
+        #[test]
+        fn a_bounded_write_is_a_prefix_of_the_full_text(text in "(?s).{0,300}", budget in 0usize..400) {
+            let items = [Value::Int(1), Value::Str(&text), Value::Str(&text)];
+            let values = [Value::Str(&text), Value::Array(crate::expr::value::Array::Values(&items))];
+            for v in values {
+                let whole = full(&v);
+                let mut cut = String::from("x");
+                write_value_bounded(&v, &mut cut, budget);
+                let cut = &cut[1..];
+                prop_assert!(whole.starts_with(cut), "{cut:?} is not a start of {whole:?}");
+                if cut.len() < whole.len() {
+                    prop_assert!(cut.len() > budget && cut.chars().count() >= budget / 4, "{budget}: {cut:?}");
+                }
+            }
+        }
+    }
 }

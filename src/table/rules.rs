@@ -10,7 +10,7 @@ use crate::expr::ast::{Expr, ExprKind, Step};
 use crate::expr::compile::compile_program;
 use crate::expr::eval::{self, Ctx};
 use crate::expr::ir::{Node, PathSeg};
-use crate::expr::json::write_json_string;
+use crate::expr::json::{self, write_json_string};
 use crate::expr::ops::{self, EvalError};
 use crate::expr::program::{recycle, SlotValue};
 use crate::expr::value::{Const, Value};
@@ -663,7 +663,7 @@ fn first_false<'e, 'v, C: ?Sized>(
             .iter()
             .map(|(path, e)| {
                 let shown = match field(e, cx) {
-                    Ok(v) => shorten(v.to_json()),
+                    Ok(v) => shorten(&v),
                     Err(e) => format!("<{e}>"),
                 };
                 format!("{path} = {shown}")
@@ -704,9 +704,15 @@ fn enabled_before(enabled: &[u64], count: usize, rule: Option<usize>) -> usize {
     n
 }
 
-fn shorten(mut s: String) -> String {
-    if s.chars().count() > 80 {
-        s = s.chars().take(77).collect::<String>() + "...";
+/// A value as JSON, cut to 80 characters (77 and `...`): what an explanation shows of a field.
+/// Only the start of a large value is written.
+fn shorten(v: &Value<'_>) -> String {
+    const SHOWN: usize = 80;
+    let mut s = String::new();
+    // each character takes at most 4 bytes: 4 × 80 bytes hold the 80 characters shown
+    json::write_value_bounded(v, &mut s, 4 * SHOWN);
+    if s.chars().count() > SHOWN {
+        s = s.chars().take(SHOWN - 3).collect::<String>() + "...";
     }
     s
 }
