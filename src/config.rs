@@ -562,8 +562,22 @@ fn resolve(
             None => base_dir.join("state"),
         },
     };
+    // A token file the config names wins; without one, a systemd credential of the service
+    // (`LoadCredential=server-token:…`, read from `$CREDENTIALS_DIRECTORY`) closes the listener:
+    // that is how the Debian package hands clef the token it generated (SPEC §10 rev 4).
+    let credentials_dir = env.iter().find(|(k, v)| k == "CREDENTIALS_DIRECTORY" && !v.is_empty()).map(|(_, v)| v);
     let mut token = |keys: [&str; 2], file: &mut Option<PathBuf>| -> Option<String> {
-        let p = resolve_path(&base_dir, file.as_deref()?);
+        let p = match file.as_deref() {
+            Some(f) => resolve_path(&base_dir, f),
+            None => {
+                let credential = Path::new(credentials_dir?).join(credential_name(keys[0]));
+                // systemd creates the folder with exactly the credentials the unit loads
+                if !credential.exists() {
+                    return None;
+                }
+                credential
+            }
+        };
         *file = Some(p.clone());
         let problem = match read_token_file(&p) {
             Ok(t) if !t.trim().is_empty() => return Some(t.trim().to_string()),
@@ -1447,6 +1461,12 @@ fn friendly(expected: &str) -> String {
         e if e.starts_with("struct ") => "a mapping of keys (like `key: value` lines)".into(),
         e => e.to_string(),
     }
+}
+
+/// The systemd credential that stands in for `server.token_file` / `admin.token_file` when the
+/// config names no file: `server-token` / `admin-token`.
+pub fn credential_name(section: &str) -> String {
+    format!("{section}-token")
 }
 
 /// Reads a token file: a regular file, of which only the first [`MAX_TOKEN_BYTES`] count.

@@ -535,3 +535,37 @@ fn a_long_value_is_quoted_in_part() {
         assert!(shown.len() < 2000, "{} bytes: {}", shown.len(), &shown[..300]);
     }
 }
+
+#[test]
+fn a_systemd_credential_closes_the_listeners_unless_the_config_names_a_token_file() {
+    let (dir, path) = write(b"");
+    let creds = dir.path().join("credentials");
+    std::fs::create_dir_all(&creds).unwrap();
+    let with_creds = env(&[("CREDENTIALS_DIRECTORY", creds.to_str().unwrap())]);
+    // an empty credentials folder (the unit loads none) leaves both listeners open
+    let loaded = load_with_env(Some(&path), &Overrides::default(), &with_creds).unwrap();
+    assert_eq!((loaded.server_token, loaded.admin_token), (None, None));
+
+    std::fs::write(creds.join("server-token"), "s3cret-from-systemd\n").unwrap();
+    let loaded = load_with_env(Some(&path), &Overrides::default(), &with_creds).unwrap();
+    assert_eq!(loaded.server_token.as_deref(), Some("s3cret-from-systemd"));
+    assert_eq!(loaded.config.server.token_file, Some(creds.join("server-token")));
+    assert_eq!(loaded.admin_token, None);
+    std::fs::write(creds.join("admin-token"), "admin-secret").unwrap();
+    let loaded = load_with_env(Some(&path), &Overrides::default(), &with_creds).unwrap();
+    assert_eq!(loaded.admin_token.as_deref(), Some("admin-secret"));
+    // without the variable the credential is not looked for
+    assert_eq!(load_ok(&path).server_token, None);
+
+    // a token file the config names wins over the credential
+    std::fs::write(base(&dir).join("mine.token"), "from-the-config").unwrap();
+    std::fs::write(&path, "server: {token_file: mine.token}\n").unwrap();
+    let loaded = load_with_env(Some(&path), &Overrides::default(), &with_creds).unwrap();
+    assert_eq!(loaded.server_token.as_deref(), Some("from-the-config"));
+
+    // an empty credential is an error naming its file, not an open listener
+    std::fs::write(&path, "").unwrap();
+    std::fs::write(creds.join("server-token"), "  \n").unwrap();
+    let d = load_err(&path, &with_creds);
+    assert!(d.iter().any(|d| d.to_string().contains("server-token") && d.to_string().contains("empty")), "{d:?}");
+}

@@ -23,5 +23,14 @@ pub fn run(config_path: Option<&Path>, port: Option<u16>, host: Option<String>) 
     };
     logging::init(level, format);
     log::info!("configuration: {}", loaded.path.display());
+    for (calls, file, token) in [
+        ("decision", &loaded.config.server.token_file, &loaded.server_token),
+        ("admin", &loaded.config.admin.token_file, &loaded.admin_token),
+    ] {
+        match (file, token) {
+            (Some(file), Some(_)) => log::info!("{calls} calls need the bearer token in {}", file.display()),
+            _ => log::info!("{calls} calls need no token"),
+        }
+    }
     crate::server::run(loaded)
 }

@@ -206,7 +206,11 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
     );
     if !admin && needs_server_token && !authorized(app.server_token.as_deref(), req) {
         rsp.add_header("WWW-Authenticate", "Bearer");
-        rsp.error(401, "unauthorized", "this endpoint needs Authorization: Bearer <token> (server.token_file)");
+        rsp.error(
+            401,
+            "unauthorized",
+            "this endpoint needs Authorization: Bearer <token> (server.token_file, or the server-token credential)",
+        );
         return;
     }
     match r {
