@@ -24,13 +24,16 @@
 //! The action is compared with the snapshot's `expected` label when it has one, else with the
 //! recorded action.
 //!
-//! **Cost** is the CPU time per decision, read from the thread's CPU clock (nanosecond
-//! resolution) around each chunk, the per-decision timers' own cost taken out. Less than
-//! [`MIN_COST_CPU_NS`] of it in all is too little to read repeatably: the first decisions (up to
-//! [`COST_SAMPLE_BYTES`] of inputs) are then decided again, round after round until that much
-//! CPU time is spent, and the cost is theirs. The default budget is what the recorded decisions
-//! cost when served, the mean of their recorded `latency_ns`, so that a candidate is judged
-//! against what is deployed and the table that recorded the snapshots scores cost 1.
+//! **Cost** is the CPU time per decision, measured so that two replays of the same files agree:
+//! a sample of the snapshots (up to [`COST_SAMPLE_ITEMS`], drawn evenly over the whole replay
+//! with a fixed seed, so every replay of the same files draws the same) is decided round after
+//! round, each reading at least [`COST_READING_NS`] of the thread's CPU clock (nanosecond
+//! resolution), until [`MIN_COST_CPU_NS`] in all and at least [`MIN_COST_READINGS`] readings;
+//! the cost is the least reading per decision among those the thread ran through without being
+//! switched out (its wall time no longer than its CPU time): other work on the machine only
+//! ever adds to a reading, and most of what it adds comes with a switch. The default budget is what the recorded decisions cost when served, the mean of
+//! their recorded `latency_ns`, so that a candidate is judged against what is deployed and the
+//! table that recorded the snapshots scores cost 1 on the machine that served them.
 //!
 //! score = 50·correctness + 25·latency + 15·cost + 10·audit, each in [0, 1]: latency is the
 //! share of decisions within the SLA, cost is min(1, budget / CPU time per decision), audit the
@@ -62,13 +65,19 @@ pub const CHUNK_RECORDS: usize = 2048;
 pub const CHUNK_BYTES: usize = 4 << 20;
 /// Tables built with recorded parameter values and switches, kept per table replayed.
 pub const MAX_VARIANTS: usize = 256;
-/// The least CPU time the cost is read from: below it, a sample is decided again (see the
-/// module doc). A reading of 50 ms varies by well under a percent from run to run.
+/// The least CPU time spent measuring the cost (see the module doc).
 pub const MIN_COST_CPU_NS: u64 = 50_000_000;
-/// The inputs kept to decide again when the whole replay takes less than [`MIN_COST_CPU_NS`].
-pub const COST_SAMPLE_BYTES: usize = 8 << 20;
-/// The longest the cost sample is decided again (a very slow table stops early).
-const MAX_COST_ROUNDS_WALL: Duration = Duration::from_secs(10);
+/// The least CPU time of one cost reading: short, so that many readings run without the
+/// thread being switched out (after which the caches are another program's).
+pub const COST_READING_NS: u64 = 250_000;
+/// The fewest cost readings.
+pub const MIN_COST_READINGS: usize = 20;
+/// The most snapshots in the cost sample.
+pub const COST_SAMPLE_ITEMS: usize = 4096;
+/// Inputs longer than this are left out of the cost sample (its memory stays under 64 MiB).
+const COST_SAMPLE_MAX_INPUT: usize = 16 << 10;
+/// The longest the cost is measured (a very slow table stops early).
+const MAX_COST_WALL: Duration = Duration::from_secs(10);
 /// Inputs longer than this are cut in the text report's examples.
 const TEXT_INPUT_CHARS: usize = 160;
 
@@ -157,11 +166,10 @@ pub struct Scored {
     pub latency: Histogram,
     /// decisions within the SLA
     pub within_sla: u64,
-    /// CPU time of the decisions, in nanoseconds (measured on `cost_decisions` decisions, and
-    /// scaled to all of them)
+    /// CPU time of the decisions, in nanoseconds: the cost per decision measured on a sample
+    /// (see the module doc), times the decisions
     pub cpu_ns: u64,
-    /// how many decisions the CPU time was measured on: every decision replayed, or more when a
-    /// short replay decided a sample again to measure long enough
+    /// how many decisions the cost was measured on (the sample, decided round after round)
     pub cost_decisions: u64,
     /// snapshots carrying every field of SPEC §8.1
     pub complete: u64,
@@ -289,7 +297,7 @@ pub fn run(paths: &[PathBuf], options: &Options) -> Result<Report, String> {
         }
     }
     for lane in lanes.iter_mut() {
-        lane.measure_cost_long_enough(clock);
+        lane.measure_cost();
     }
     let (budget_us, basis) = if options.cost_budget_us > 0.0 {
         (options.cost_budget_us, BudgetBasis::Given)
@@ -365,10 +373,13 @@ struct Lane {
     /// switched-off rules (both as the raw JSON recorded)
     built: HashMap<Box<str>, HashMap<Box<str>, Built>>,
     built_count: usize,
-    /// the first inputs with the tables that decided them, to decide again when the whole
-    /// replay is too short to measure its cost
+    /// the cost sample: inputs with the tables that decided them, drawn evenly (reservoir
+    /// sampling with a fixed seed)
     sample: Vec<(Box<[u8]>, Arc<Table>)>,
-    sample_bytes: usize,
+    /// the snapshots offered to the sample so far
+    offered: u64,
+    /// the state of the sample's random draws
+    draw: u64,
     scored: Scored,
 }
 
@@ -397,7 +408,8 @@ impl Lane {
             built: HashMap::new(),
             built_count: 0,
             sample: Vec::new(),
-            sample_bytes: 0,
+            offered: 0,
+            draw: 0x9e37_79b9_7f4a_7c15,
             scored,
         })
     }
@@ -483,7 +495,6 @@ impl Lane {
             tables.push(built.table);
         }
         outcomes.clear();
-        let cpu0 = thread_cpu_ns();
         for (rec, table) in items.iter().zip(&tables) {
             let input = rec.input.map_or(&b"null"[..], |i| i.get().as_bytes());
             let t0 = Instant::now();
@@ -491,10 +502,7 @@ impl Lane {
             let ns = (t0.elapsed().as_nanos() as u64).saturating_sub(clock_ns);
             outcomes.push((d, ns));
         }
-        let cpu = thread_cpu_ns().saturating_sub(cpu0);
         let s = &mut self.scored;
-        s.cpu_ns += cpu.saturating_sub(clock_ns * items.len() as u64);
-        s.cost_decisions += items.len() as u64;
         for ((rec, table), (outcome, ns)) in items.iter().zip(&tables).zip(outcomes.iter()) {
             s.decisions += 1;
             s.latency.add(*ns);
@@ -508,40 +516,77 @@ impl Lane {
         }
         for (rec, table) in items.iter().zip(tables) {
             let Some(input) = rec.input.map(|i| i.get().as_bytes()) else { continue };
-            if self.sample_bytes + input.len() > COST_SAMPLE_BYTES {
-                break;
-            }
-            self.sample_bytes += input.len();
-            self.sample.push((input.into(), table));
+            self.offer_sample(input, table);
         }
     }
 
-    /// When the decisions took less than [`MIN_COST_CPU_NS`] of CPU time in all, decides the
-    /// sample again (timed as the replay times them) until they have, and takes the cost from
-    /// those rounds.
-    fn measure_cost_long_enough(&mut self, clock_ns: u64) {
-        if self.scored.cpu_ns >= MIN_COST_CPU_NS || self.sample.is_empty() {
+    /// Offers one snapshot to the cost sample: the first [`COST_SAMPLE_ITEMS`] are taken, then
+    /// each of the `n` offered so far replaces one with probability `COST_SAMPLE_ITEMS / n`
+    /// (reservoir sampling), so the sample is spread evenly over the whole replay.
+    fn offer_sample(&mut self, input: &[u8], table: Arc<Table>) {
+        if input.len() > COST_SAMPLE_MAX_INPUT {
             return;
         }
-        let started = Instant::now();
-        let (mut cpu, mut decided) = (0u64, 0u64);
-        while cpu < MIN_COST_CPU_NS && started.elapsed() < MAX_COST_ROUNDS_WALL {
-            let cpu0 = thread_cpu_ns();
-            for (input, table) in &self.sample {
-                let t0 = Instant::now();
-                let d = table.decide(input, false);
-                let _ = std::hint::black_box((d, t0.elapsed()));
+        self.offered += 1;
+        if self.sample.len() < COST_SAMPLE_ITEMS {
+            self.sample.push((input.into(), table));
+            return;
+        }
+        // splitmix64: the same draws in every replay
+        self.draw = self.draw.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.draw;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let at = (z % self.offered) as usize;
+        if let Some(slot) = self.sample.get_mut(at) {
+            *slot = (input.into(), table);
+        }
+    }
+
+    /// Measures the cost per decision on the sample (see the module doc) and sets the CPU
+    /// figures from it.
+    fn measure_cost(&mut self) {
+        let sample = std::mem::take(&mut self.sample);
+        if sample.is_empty() {
+            return;
+        }
+        let round = || {
+            for (input, table) in &sample {
+                let _ = std::hint::black_box(table.decide(std::hint::black_box(input), false));
             }
-            let round = thread_cpu_ns().saturating_sub(cpu0);
-            cpu += round.saturating_sub(clock_ns * self.sample.len() as u64);
-            decided += self.sample.len() as u64;
+        };
+        let cpu0 = thread_cpu_ns();
+        round();
+        let first = thread_cpu_ns().saturating_sub(cpu0).max(1);
+        let rounds = COST_READING_NS.div_ceil(first).clamp(1, 1 << 20);
+        let per_reading = rounds * sample.len() as u64;
+        let started = Instant::now();
+        let (mut spent, mut readings) = (0u64, 0usize);
+        // the least of the readings run through without a switch, and of all of them
+        let (mut least_whole, mut least) = (f64::INFINITY, f64::INFINITY);
+        while (spent < MIN_COST_CPU_NS || readings < MIN_COST_READINGS) && started.elapsed() < MAX_COST_WALL {
+            let (wall0, cpu0) = (Instant::now(), thread_cpu_ns());
+            for _ in 0..rounds {
+                round();
+            }
+            let cpu = thread_cpu_ns().saturating_sub(cpu0);
+            let wall = wall0.elapsed().as_nanos() as u64;
+            spent += cpu;
+            readings += 1;
+            let per_decision = cpu as f64 / per_reading as f64;
+            least = least.min(per_decision);
+            // a switch shows as wall time the thread did not run (a few µs of slack for the clocks)
+            if wall <= cpu + cpu / 50 + 5_000 {
+                least_whole = least_whole.min(per_decision);
+            }
         }
+        let least = if least_whole.is_finite() { least_whole } else { least };
         let s = &mut self.scored;
-        if decided > 0 {
-            s.cpu_ns = (cpu as f64 / decided as f64 * s.decisions as f64).round() as u64;
-            s.cost_decisions = decided;
+        s.cost_decisions = readings as u64 * per_reading;
+        if least.is_finite() {
+            s.cpu_ns = (least * s.decisions as f64).round() as u64;
         }
-        self.sample = Vec::new();
     }
 }
 
