@@ -19,7 +19,7 @@ use crate::expr::value::Value;
 use crate::input::InputError;
 use crate::metrics::{worker_stripe, ShadowCount, STRIPES};
 use crate::snapshot::id::next_id_at_ms;
-use crate::snapshot::{Event, Recorder, Shadow, SnapshotId, Variant};
+use crate::snapshot::{Event, Recorder, Shadow, SnapshotId};
 use crate::suggest::did_you_mean;
 use crate::table::registry::{Entry, Tables};
 use crate::table::{Decision, ResponseMeta, Table, Timestamp};
@@ -178,6 +178,7 @@ pub fn decide_staged<'t>(
     options: &Options<'_>,
     out: &mut String,
 ) -> Decided<'t> {
+    let asked = table;
     let (entry, table) = stages.canary_for(tables, &table.name, body).unwrap_or((entry, table));
     // tuning: a share of the table's decisions is made by a variant of it (SPEC §9); a tuned
     // decision always gets an id, which says which arm decided (for /feedback), and whose
@@ -208,13 +209,18 @@ pub fn decide_staged<'t>(
     };
     let mut recorded = stages.recorder.is_some() || snapshot.is_none();
     if let (Some(recorder), Some(id)) = (&stages.recorder, snapshot) {
+        // what decided, whole (SPEC §8.1): the served table with its switches, the arm's
+        // table with the parameter values in force, the arm as the response names it
         let mut event = Event::new(table, decision, body);
+        event.decider = decider;
+        event.variant = drawn.as_ref().map(|d| d.arm_name());
+        event.pinned = entry.pin.is_some();
+        event.canary_for = (!Arc::ptr_eq(table, asked)).then_some(asked.name.as_str());
         event.instance = options.instance;
         event.timestamp = timestamp;
         event.latency_ns = latency_ns;
         event.traceparent = options.traceparent;
         event.shadow = shadow.as_ref().map(|(t, d, agrees)| Shadow { table: t, decision: d, agrees: *agrees });
-        event.variant = drawn.as_ref().and_then(|d| d.variant()).map(|(id, params_json)| Variant { id, params_json });
         recorded = recorder.record_as(id, &event) == crate::snapshot::Status::Recorded;
     }
     let meta = ResponseMeta {

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use clef::snapshot::replay::{self, Options};
-use clef::snapshot::{Compress, Event, Recorder, SnapshotsConfig, Status, Variant};
-use clef::table::{Limits, Table};
+use clef::snapshot::{Compress, Event, Recorder, SnapshotsConfig, Status};
+use clef::table::{ArmName, Limits, Table};
 use serde_json::Value as Json;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -62,11 +62,10 @@ fn inputs(n: usize) -> Vec<String> {
 fn record(dir: &Path, table_path: &Path, n: usize, compress: Compress) {
     let limits = Limits::default();
     let table = Table::load(table_path, &limits).unwrap();
-    let source: Json = serde_json::from_str(&risk_source()).unwrap();
-    let switched_off = replay::variant_source(&source, &["rule_001".to_string()], None);
-    let switched_off = Table::from_bytes(table_path, &switched_off, &limits).unwrap();
-    let params: serde_json::Map<String, Json> = serde_json::from_str(r#"{"max_amount_usd": 2500}"#).unwrap();
-    let tuned = Table::from_bytes(table_path, &replay::variant_source(&source, &[], Some(&params)), &limits).unwrap();
+    // as the server makes them: the kill switch overlay, and a variant's values compiled in
+    let (switched_off, _) = table.with_switched_off(&["rule_001".to_string()].into_iter().collect());
+    let values = [("max_amount_usd".to_string(), serde_json::json!(2500))].into_iter().collect();
+    let tuned = table.with_params(&values).unwrap();
     let cfg = SnapshotsConfig { enabled: true, dir: dir.to_path_buf(), flush_ms: 20, compress, ..Default::default() };
     let rec = Recorder::start(&cfg).unwrap();
     let off = vec!["rule_001".to_string()];
@@ -86,7 +85,8 @@ fn record(dir: &Path, table_path: &Path, n: usize, compress: Compress) {
         if i % 10 == 0 {
             ev.disabled_rules = &off;
         } else if i % 15 == 0 {
-            ev.variant = Some(Variant { id: "v1", params_json: r#"{"max_amount_usd":2500}"# });
+            ev.decider = &tuned;
+            ev.variant = Some(ArmName::Variant("\"v1\""));
         }
         while rec.record(&ev).status == Status::Dropped {
             std::thread::sleep(Duration::from_millis(1));
@@ -131,12 +131,13 @@ fn switched_off_rules_and_params_must_be_applied_to_reproduce() {
     record(&snaps, &table, 3000, Compress::None);
     let mut edited = String::new();
     let mut n = 0;
-    // strip the recorded disabled_rules and variants: replay then uses the table as is
+    // strip the recorded disabled_rules, variants and values: replay then uses the table as is
     for line in std::fs::read_dir(&snaps).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap()) {
         for l in line.lines() {
             let mut v: Json = serde_json::from_str(l).unwrap();
             v["disabled_rules"] = Json::Array(vec![]);
             v["variant"] = Json::Null;
+            v["params"] = Json::Null;
             edited.push_str(&v.to_string());
             edited.push('\n');
             n += 1;

@@ -15,9 +15,9 @@ use clef::snapshot::id::{IdGen, Rng};
 use clef::snapshot::segment;
 use clef::snapshot::{
     Compress, Event, KeepClass, KeepDays, RawRecord, Recorder, Settings, Shadow, SnapshotId, SnapshotReader,
-    SnapshotsConfig, Status, Variant,
+    SnapshotsConfig, Status,
 };
-use clef::table::{Limits, Table};
+use clef::table::{ArmName, Limits, Table};
 use serde_json::Value as Json;
 
 const GATE: &str = r#"{
@@ -113,6 +113,8 @@ fn round_trip(compress: Compress) {
     let dir = tempfile::tempdir().unwrap();
     let rec = Recorder::start(&config(dir.path(), compress)).unwrap();
     let table = gate();
+    // a tuning variant of the table: its values are recorded as those in force
+    let variant = table.with_params(&BTreeMap::from([("limit".to_string(), serde_json::json!(120))])).unwrap();
     let inputs = [
         r#"{"amount": 500, "country": "FR"}"#,
         "{\n  \"amount\": 50,\r\n  \"tier\": \"vip\",\n  \"note\": \"line\\nbreak\"\n}\n",
@@ -130,7 +132,10 @@ fn round_trip(compress: Compress) {
         if i % 7 == 0 {
             ev.disabled_rules = &disabled;
             ev.traceparent = Some(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-            ev.variant = Some(Variant { id: "v2", params_json: r#"{"limit":120}"# });
+            ev.decider = &variant;
+            ev.variant = Some(ArmName::Variant("\"v2\""));
+            ev.pinned = true;
+            ev.canary_for = Some("gate_main");
         }
         let out = rec.record(&ev);
         assert_eq!(out.status, Status::Recorded);
@@ -156,17 +161,23 @@ fn round_trip(compress: Compress) {
         assert_eq!(line["tried"], d.evaluated);
         assert_eq!(line["table"], "gate");
         assert_eq!(line["version"], table.version.as_str());
+        assert_eq!(line["file_version"], table.file_version.as_str());
+        assert_eq!(line["kind"], "jev");
         assert_eq!(line["instance"], "local");
         assert_eq!(line["confidence"], 1.0);
         assert_eq!(line["latency_ns"], i as u64);
         assert_eq!(line["warnings"].as_array().unwrap().len(), d.warnings.len());
         if i % 7 == 0 {
             assert_eq!(line["disabled_rules"], serde_json::json!(["vip"]));
-            assert_eq!(line["variant"], serde_json::json!({"id": "v2", "params": {"limit": 120}}));
+            assert_eq!(line["variant"], "v2");
+            assert_eq!(line["params"], serde_json::json!({"limit": 120}), "the variant's values");
+            assert_eq!((line["pinned"].clone(), line["canary_for"].clone()), (Json::Bool(true), "gate_main".into()));
             assert_eq!(line["traceparent"], "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
         } else {
             assert_eq!(line["disabled_rules"], serde_json::json!([]));
             assert_eq!(line["variant"], Json::Null);
+            assert_eq!(line["params"], serde_json::json!({"limit": 100}), "the file's values");
+            assert_eq!((line["pinned"].clone(), line["canary_for"].clone()), (Json::Bool(false), Json::Null));
             assert_eq!(line["traceparent"], Json::Null);
         }
         let text = serde_json::to_vec(line).unwrap();

@@ -219,6 +219,20 @@ fn a_promotion_serves_at_once_survives_a_restart_and_exports_a_table_check_accep
     assert!(allow55(&srv), "the promoted limit 60 serves at once");
     let table = srv.get("/tables/pay").json();
     assert_eq!(table["params"]["limit"]["value"], 60, "{table}");
+    // one version names one behaviour: the served version is the file's with the values in force
+    let file_version = sha12(PAY.as_bytes());
+    let served = {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(Sha256::digest(PAY.as_bytes()));
+        h.update([0u8]);
+        h.update(br#"{"limit":60}"#);
+        h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    assert_eq!((table["file_version"].as_str(), table["version"].as_str()), (Some(&*file_version), Some(&*served)));
+    let d = srv.post("/decide", r#"{"amount": 55}"#).json();
+    assert_eq!(d["version"], served.as_str(), "{d}");
+    assert_eq!(srv.health()["tables"]["pay"], served.as_str());
     // the file is never rewritten
     let file = srv.path().join("tables/pay.json");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), PAY);

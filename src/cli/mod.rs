@@ -106,9 +106,10 @@ enum Command {
         /// the latency budget per decision, in microseconds
         #[arg(long, value_name = "N", default_value_t = 50_000.0)]
         sla_us: f64,
-        /// the CPU budget per decision, in microseconds
-        #[arg(long, value_name = "N", default_value_t = 1.0)]
-        cost_budget_us: f64,
+        /// the CPU budget per decision, in microseconds (default: what the recorded decisions
+        /// cost when served, the mean of their recorded latency)
+        #[arg(long, value_name = "N")]
+        cost_budget_us: Option<f64>,
         /// example inputs shown per changed rule
         #[arg(long, value_name = "N", default_value_t = 3)]
         examples: usize,
@@ -176,6 +177,15 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
         }
         Command::Flash { command: FlashCommand::Inspect { file } } => flash::inspect(&file),
         Command::Replay { snapshots, table, against, any_table, json, sla_us, cost_budget_us, examples } => {
+            if let Some(budget) = cost_budget_us.filter(|b| b.is_nan() || *b <= 0.0) {
+                eprintln!(
+                    "error: --cost-budget-us must be a number of microseconds above 0, not {budget}; leave it out to \
+                     judge by what the recorded decisions cost when served"
+                );
+                return 2;
+            }
+            // 0: what the recorded decisions cost
+            let cost_budget_us = cost_budget_us.unwrap_or(0.0);
             let options =
                 crate::snapshot::replay::Options { table, against, any_table, sla_us, cost_budget_us, examples };
             replay::run(&snapshots, &options, json)

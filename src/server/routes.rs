@@ -852,13 +852,16 @@ impl TableSource for Tables {
     }
 }
 
-/// `,"kind":…,"version":…,"rule_count":…,"loaded_at":…` of a loaded table.
+/// `,"kind":…,"version":…,"file_version":…,"rule_count":…,"loaded_at":…` of a loaded table:
+/// the served version (what its decisions say) and its file's (they differ while promoted
+/// parameter values serve, SPEC §9).
 fn write_table_summary(t: &Table, b: &mut String) {
     let _ = write!(
         b,
-        ",\"kind\":\"{}\",\"version\":\"{}\",\"rule_count\":{}",
+        ",\"kind\":\"{}\",\"version\":\"{}\",\"file_version\":\"{}\",\"rule_count\":{}",
         t.kind.name(),
         t.version,
+        t.file_version,
         t.engine.outcome_count()
     );
     b.push_str(",\"loaded_at\":\"");

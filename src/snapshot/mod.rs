@@ -3,8 +3,9 @@
 //! **What.** With snapshots on, every decision gets a UUIDv7 `snapshot_id` ([`id`]); a sampled
 //! share of them (and every decision of the `always_keep` classes) is written, one NDJSON line
 //! each ([`record`]), to segment files in `snapshots.dir`: everything needed to replay the
-//! decision exactly — the input as received, the table's name and version, the rules switched
-//! off at that moment, the tuning variant's params, the caller's `traceparent`, the outcome and
+//! decision exactly — the input as received, what decided it (the table's name, kind, served
+//! and file versions, the parameter values in force, the tuning arm, the rules switched off at
+//! that moment, a rollback pin, a canary's role), the caller's `traceparent`, the outcome and
 //! its latency. `clef replay` ([`replay`]) streams them back ([`reader`]) through a table and
 //! scores it.
 //!
@@ -37,5 +38,5 @@ pub mod writer;
 pub use config::{Compress, KeepClass, KeepDays, SnapshotsConfig};
 pub use id::{next_id, next_id_at, IdText, SnapshotId};
 pub use reader::{ReadStats, SnapshotReader};
-pub use record::{Event, RawRecord, Redact, Shadow, Variant};
+pub use record::{Event, RawRecord, Redact, Shadow};
 pub use writer::{RecordOutcome, Recorder, Settings, Stats, Status};

@@ -6,10 +6,19 @@
 //!
 //! ```text
 //! {"id":"0193…","timestamp":"2026-11-30T08:23:45.123Z","table":"risk","version":"4209bd56f1d9",
-//!  "instance":"local","input":{…as received…},"tried":3,"rule_id":"rule_001","matched":true,
-//!  "action":{…},"confidence":1.0,"warnings":[{"rule_id":…,"message":…}],"degraded":null,
-//!  "shadow":null,"variant":null,"disabled_rules":[],"traceparent":null,"latency_ns":1234}
+//!  "file_version":"4209bd56f1d9","kind":"jev","instance":"local","input":{…as received…},
+//!  "tried":3,"rule_id":"rule_001","matched":true,"action":{…},"confidence":1.0,
+//!  "warnings":[{"rule_id":…,"message":…}],"degraded":null,"shadow":null,"variant":"baseline",
+//!  "params":{"max_amount_usd":5000},"disabled_rules":[],"pinned":false,"canary_for":null,
+//!  "traceparent":null,"latency_ns":1234}
 //! ```
+//!
+//! What decided is recorded whole (SPEC §8.1 revision 4): the served `version` and the
+//! `file_version` (they differ while promoted parameter values serve), the tuning arm as the
+//! response names it (`variant`: `baseline`, `v1` … for a tuned table, else `null`), the
+//! parameter values in force (`params`: the variant's, or the table's including promoted
+//! values; `null` for a table without parameters) and the rules switched off; replay builds
+//! the same table from the file with them.
 //!
 //! The input is copied as received (a byte order mark dropped, line breaks, which JSON allows
 //! only as whitespace between tokens, turned into spaces so the record stays one line), so that
@@ -31,7 +40,7 @@ use serde_json::value::RawValue;
 use super::config::KeepClass;
 use super::id::SnapshotId;
 use crate::expr::json::write_json_string;
-use crate::table::{write_timestamp, Decision, Table};
+use crate::table::{write_timestamp, ArmName, Decision, Table};
 
 /// What replaces a redacted input field.
 pub const REDACTED: &str = "<redacted>";
@@ -55,16 +64,23 @@ pub const AUDIT_FIELDS: &[&str] = &[
     "warnings",
     "shadow",
     "variant",
+    "params",
     "disabled_rules",
     "traceparent",
     "latency_ns",
 ];
 
-/// One decision, as the pipeline knows it: what the recorder needs to write its snapshot.
+/// One decision, as the pipeline knows it: what decided it (its provenance: the table, its
+/// versions and kind, the parameter values in force, the tuning arm, the rules switched off,
+/// a rollback pin, a canary's role) and what it answered. What the recorder needs to write
+/// its snapshot, and what replay needs to decide it again the same way.
 #[derive(Clone, Copy, Debug)]
 pub struct Event<'a> {
-    /// the table that decided
+    /// the table that decided, as served: its name, versions, kind, rules and kill switches
     pub table: &'a Table,
+    /// the table whose engine made the decision: `table`, or a tuning variant of it; the
+    /// parameter values in force are its values
+    pub decider: &'a Table,
     /// its decision
     pub decision: &'a Decision,
     /// the input as received (the request body, or the input `/authz` built)
@@ -77,8 +93,13 @@ pub struct Event<'a> {
     pub latency_ns: u64,
     /// the ids of the table's rules switched off at that moment (kill switches)
     pub disabled_rules: &'a [String],
-    /// the tuning variant that decided, when one did
-    pub variant: Option<Variant<'a>>,
+    /// the tuning arm that decided a tuned table's decision, as the response names it
+    /// (`baseline` or a variant); `None` for a table that is not tuned
+    pub variant: Option<ArmName<'a>>,
+    /// a rollback pin held the table at this (older) version
+    pub pinned: bool,
+    /// the table asked for, when `table` is its canary and answered instead
+    pub canary_for: Option<&'a str>,
     /// what the shadow table answered, when one ran
     pub shadow: Option<Shadow<'a>>,
     /// the caller's `traceparent` header
@@ -88,11 +109,13 @@ pub struct Event<'a> {
 }
 
 impl<'a> Event<'a> {
-    /// An event made now, by `local`, with the rules switched off on `table` (its kill
-    /// switches), no variant, no shadow and no `traceparent`; set the other fields as needed.
+    /// An event of `table` deciding by itself, made now, by `local`, with the rules switched
+    /// off on `table` (its kill switches) and its parameter values, no tuning arm, pin, canary,
+    /// shadow or `traceparent`; set the other fields as needed.
     pub fn new(table: &'a Table, decision: &'a Decision, input: &'a [u8]) -> Event<'a> {
         Event {
             table,
+            decider: table,
             decision,
             input,
             instance: "local",
@@ -100,6 +123,8 @@ impl<'a> Event<'a> {
             latency_ns: 0,
             disabled_rules: table.switched_off_ids(),
             variant: None,
+            pinned: false,
+            canary_for: None,
             shadow: None,
             traceparent: None,
             confidence: 1.0,
@@ -114,15 +139,6 @@ impl<'a> Event<'a> {
             KeepClass::ShadowDisagreement => self.shadow.is_some_and(|s| !s.agrees),
         }
     }
-}
-
-/// The tuning variant a decision was made with (SPEC §9).
-#[derive(Clone, Copy, Debug)]
-pub struct Variant<'a> {
-    /// the variant's id
-    pub id: &'a str,
-    /// its parameter values, as a JSON object (`{"max_error_rate":0.06}`)
-    pub params_json: &'a str,
 }
 
 /// What the shadow table answered for the same input (SPEC §8.3).
@@ -160,7 +176,11 @@ pub(crate) fn encode(id: SnapshotId, ev: &Event<'_>, redacted: Option<&str>, msg
     write_json_string(&ev.table.name, out);
     out.push_str(",\"version\":");
     write_json_string(&ev.table.version, out);
-    out.push_str(",\"instance\":");
+    out.push_str(",\"file_version\":");
+    write_json_string(&ev.table.file_version, out);
+    out.push_str(",\"kind\":\"");
+    out.push_str(ev.table.kind.name()); // a fixed word: nothing to escape
+    out.push_str("\",\"instance\":");
     write_json_string(ev.instance, out);
     out.push_str(",\"input\":");
     match redacted {
@@ -219,17 +239,14 @@ pub(crate) fn encode(id: SnapshotId, ev: &Event<'_>, redacted: Option<&str>, msg
         None => out.push_str("null"),
     }
     out.push_str(",\"variant\":");
-    match &ev.variant {
-        Some(v) => {
-            out.push_str("{\"id\":");
-            write_json_string(v.id, out);
-            out.push_str(",\"params\":");
-            let params = v.params_json.trim();
-            out.push_str(if params.is_empty() { "{}" } else { params });
-            out.push('}');
-        }
+    match ev.variant {
+        Some(ArmName::Baseline) => out.push_str("\"baseline\""),
+        // the id as a JSON string already
+        Some(ArmName::Variant(id_json)) => out.push_str(id_json),
         None => out.push_str("null"),
     }
+    out.push_str(",\"params\":");
+    out.push_str(ev.decider.params_json().unwrap_or("null"));
     out.push_str(",\"disabled_rules\":[");
     for (i, r) in ev.disabled_rules.iter().enumerate() {
         if i > 0 {
@@ -237,7 +254,14 @@ pub(crate) fn encode(id: SnapshotId, ev: &Event<'_>, redacted: Option<&str>, msg
         }
         write_json_string(r, out);
     }
-    out.push_str("],\"traceparent\":");
+    out.push_str("],\"pinned\":");
+    out.push_str(if ev.pinned { "true" } else { "false" });
+    out.push_str(",\"canary_for\":");
+    match ev.canary_for {
+        Some(name) => write_json_string(name, out),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"traceparent\":");
     match ev.traceparent {
         Some(t) => {
             let t = &t[..t.len().min(MAX_TRACEPARENT)];
@@ -616,9 +640,16 @@ pub struct RawRecord<'a> {
     /// the shadow table's answer
     #[serde(borrow, deserialize_with = "present")]
     pub shadow: Option<&'a RawValue>,
-    /// the tuning variant and its params
+    /// the tuned table's arm (`"baseline"`, `"v1"` …); snapshots written before revision 4
+    /// hold a variant's `{"id", "params"}` here
     #[serde(borrow, deserialize_with = "present")]
     pub variant: Option<&'a RawValue>,
+    /// the parameter values in force, as a JSON object
+    #[serde(borrow, deserialize_with = "present")]
+    pub params: Option<&'a RawValue>,
+    /// the version of the table file (the served `version` differs with promoted values)
+    #[serde(borrow, deserialize_with = "present")]
+    pub file_version: Option<&'a RawValue>,
     /// rules switched off at the time
     #[serde(borrow, deserialize_with = "present")]
     pub disabled_rules: Option<&'a RawValue>,
@@ -689,19 +720,28 @@ impl<'a> RawRecord<'a> {
         }
     }
 
-    /// The variant's params object as raw JSON, when the decision was made by a variant.
-    pub fn variant_params(&self) -> Option<&'a RawValue> {
+    /// The parameter values the decision was made with, as a raw JSON object: `params`, or in
+    /// a snapshot written before revision 4, the params of its variant (`None`: the table's own
+    /// values, or a table without parameters).
+    pub fn params_in_force(&self) -> Option<&'a RawValue> {
+        if let Some(params) = non_null(self.params) {
+            return Some(params);
+        }
+        let variant = non_null(self.variant)?;
+        if !variant.get().starts_with('{') {
+            return None;
+        }
         #[derive(Deserialize)]
         struct V<'b> {
             #[serde(borrow)]
             params: Option<&'b RawValue>,
         }
-        let v: V<'a> = serde_json::from_str(non_null(self.variant)?.get()).ok()?;
+        let v: V<'a> = serde_json::from_str(variant.get()).ok()?;
         non_null(v.params)
     }
 
     /// Whether the line carries every field of SPEC §8.1 (`null` only where the field may be
-    /// absent: `rule_id`, `action`, `shadow`, `variant`, `traceparent`).
+    /// absent: `rule_id`, `action`, `shadow`, `variant`, `params`, `traceparent`).
     pub fn is_complete(&self) -> bool {
         let required = [
             self.id,
@@ -716,7 +756,7 @@ impl<'a> RawRecord<'a> {
             self.disabled_rules,
             self.latency_ns,
         ];
-        let may_be_null = [self.rule_id, self.action, self.shadow, self.variant, self.traceparent];
+        let may_be_null = [self.rule_id, self.action, self.shadow, self.variant, self.params, self.traceparent];
         required.iter().all(|v| non_null(*v).is_some()) && may_be_null.iter().all(Option::is_some)
     }
 

@@ -176,8 +176,13 @@ impl LoadError {
 pub struct Table {
     /// the file name without extensions
     pub name: String,
-    /// first 12 hex characters of the SHA-256 of the file's bytes
+    /// the served version, which decisions carry: the file's version while the file's own
+    /// parameter values serve; with other values in force (promoted, or a tuning variant's), the
+    /// first 12 hex characters of a SHA-256 of the file and those values ([`served_version`]),
+    /// so that one version names one behaviour (SPEC §9)
     pub version: String,
+    /// first 12 hex characters of the SHA-256 of the file's bytes
+    pub file_version: String,
     /// what kind of table
     pub kind: TableKind,
     /// where it was loaded from
@@ -204,6 +209,13 @@ pub struct Table {
     /// the file's bytes, zstd-compressed, when the registry keeps them (to pin a rollback to
     /// this version across restarts, its source is written to `state_dir`)
     packed_source: Option<Arc<[u8]>>,
+    /// the SHA-256 of the file's bytes
+    file_digest: [u8; 32],
+    /// the parameter values in force, as a JSON object sorted by name (`None`: the table
+    /// declares no parameter)
+    params_json: Option<Arc<str>>,
+    /// the parameter values the file declares, the same way
+    file_params_json: Option<Arc<str>>,
 }
 
 /// The engine that decides for one table, chosen by its kind when it loads (as the regex
@@ -398,7 +410,36 @@ pub fn table_name(path: &Path) -> String {
 
 /// The version of a table file: the first 12 hex characters of its SHA-256.
 pub fn version_of(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().take(6).map(|b| format!("{b:02x}")).collect()
+    short_hex(&Sha256::digest(bytes).into())
+}
+
+/// The first 12 hex characters of a digest.
+fn short_hex(digest: &[u8; 32]) -> String {
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The version of a table served with parameter values other than its file's (SPEC §9
+/// revision 4): the first 12 hex characters of the SHA-256 of the file's SHA-256, a zero byte,
+/// and the values in force as a JSON object sorted by name (`params_json`). Anyone with the
+/// file and the values (a snapshot records them) derives it again.
+pub fn served_version(file_digest: &[u8; 32], params_json: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(file_digest);
+    hasher.update([0u8]);
+    hasher.update(params_json.as_bytes());
+    short_hex(&hasher.finalize().into())
+}
+
+/// The values of the parameters `declared` (a table's `params` as written: name → declaration
+/// with a `value`) as a JSON object sorted by name; `None` when there are none.
+fn params_json_of(declared: Option<&serde_json::Value>) -> Option<Arc<str>> {
+    let serde_json::Value::Object(decls) = declared? else { return None };
+    let values: BTreeMap<&String, &serde_json::Value> =
+        decls.iter().filter_map(|(name, decl)| Some((name, decl.get("value")?))).collect();
+    if values.is_empty() {
+        return None;
+    }
+    serde_json::to_string(&values).ok().map(Arc::from)
 }
 
 impl Table {
@@ -446,9 +487,13 @@ impl Table {
         let name = table_name(path);
         let mut name_json = String::new();
         write_json_string(&name, &mut name_json);
+        let file_digest: [u8; 32] = Sha256::digest(bytes).into();
+        let version = short_hex(&file_digest);
+        let params_json = params_json_of(meta.params.as_ref());
         Ok(Table {
             name,
-            version: version_of(bytes),
+            file_version: version.clone(),
+            version,
             kind,
             path: path.to_path_buf(),
             description: meta.description,
@@ -462,12 +507,19 @@ impl Table {
             name_json: name_json.into(),
             switched_off: None,
             packed_source: None,
+            file_digest,
+            file_params_json: params_json.clone(),
+            params_json,
         })
     }
 
     /// The same table with other values for some of its parameters (`overrides`: declared
     /// name → new value), compiled as the file's values are: a tuning variant, or promoted
-    /// values. Its `params` show the new values; name, version and path stay the file's.
+    /// values. Its `params` show the new values, and its version is the served version of the
+    /// file with them ([`served_version`]; the file's version when they are the file's values);
+    /// name, file version, path and kill switches stay. Applying values one after the other
+    /// gives the table that applying the last of each at once gives: replay builds the table a
+    /// snapshot was decided with from the values it records.
     pub fn with_params(&self, overrides: &BTreeMap<String, serde_json::Value>) -> Result<Table, String> {
         let Engine::Rules(rules) = &*self.engine else {
             return Err(format!("table \"{}\" is a {} table: it has no parameters", self.name, self.kind.name()));
@@ -483,9 +535,16 @@ impl Table {
                 }
             }
         }
+        let params_json = params_json_of(params.as_ref());
+        let version = if params_json == self.file_params_json {
+            self.file_version.clone()
+        } else {
+            served_version(&self.file_digest, params_json.as_deref().unwrap_or("{}"))
+        };
         Ok(Table {
             name: self.name.clone(),
-            version: self.version.clone(),
+            version,
+            file_version: self.file_version.clone(),
             kind: self.kind,
             path: self.path.clone(),
             description: self.description.clone(),
@@ -500,7 +559,22 @@ impl Table {
             // a variant has the same rules in the same order: the switches apply to it as they are
             switched_off: self.switched_off.clone(),
             packed_source: self.packed_source.clone(),
+            file_digest: self.file_digest,
+            params_json,
+            file_params_json: self.file_params_json.clone(),
         })
+    }
+
+    /// The parameter values in force on this table (the file's, promoted ones, or a tuning
+    /// variant's) as a JSON object sorted by name: what a snapshot records so that replay
+    /// decides with the same values. `None` for a table that declares no parameter.
+    pub fn params_json(&self) -> Option<&str> {
+        self.params_json.as_deref()
+    }
+
+    /// Whether the parameter values in force are the file's own.
+    pub fn params_are_the_files(&self) -> bool {
+        self.params_json == self.file_params_json
     }
 
     /// Decides one JSON body: parsed once, checked against the table's schema

@@ -191,7 +191,7 @@ impl Tables {
 pub enum Outcome {
     /// a new version is serving
     Loaded {
-        /// its version
+        /// its served version (the file's, unless promoted parameter values serve)
         version: String,
         /// the name's file had failed to load before (its error is cleared now)
         recovered: bool,

@@ -929,7 +929,7 @@ fn posteriors(state: &TableState) -> Vec<Posterior> {
 /// What the arms of a table are made from: its file's version and its parameters' values (a
 /// promotion changes the values, not the file).
 fn basis_of(table: &Table) -> String {
-    format!("{}:{}", table.version, table.params.as_ref().map(|p| p.to_string()).unwrap_or_default())
+    format!("{}:{}", table.file_version, table.params.as_ref().map(|p| p.to_string()).unwrap_or_default())
 }
 
 /// `share × 2^64`, saturating: 1.0 takes every draw.

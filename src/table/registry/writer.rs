@@ -450,6 +450,7 @@ impl Writer {
             if pin.file_sha256 == digest {
                 match self.pinned_table(&pin, entry.current.as_ref().filter(|_| !force)) {
                     Ok(table) => {
+                        let serving = table.version.clone();
                         if !entry.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &table)) {
                             log::info!(
                                 "table {name}: serving version {}, which a rollback pinned it to at {}; its file holds \
@@ -460,7 +461,7 @@ impl Writer {
                             entry.serve(table);
                         }
                         entry.pin = Some(pin.clone());
-                        return (entry, Outcome::Pinned { version: pin.version, file_version: version });
+                        return (entry, Outcome::Pinned { version: serving, file_version: version });
                     }
                     Err(e) => log::error!(
                         "table {name}: cannot serve version {}, which a rollback pinned it to: {e}; the pin ends and \
@@ -479,8 +480,9 @@ impl Writer {
             entry.pin = None;
         }
         if let Some(current) = entry.current.as_ref().filter(|_| !force) {
-            if current.version == version && current.path == path {
+            if current.file_version == version && current.path == path {
                 entry.error = None;
+                let version = current.version.clone();
                 return (entry, Outcome::Unchanged { version, recovered: had_error });
             }
         }
@@ -497,6 +499,8 @@ impl Writer {
                         entry.previous.remove(0);
                     }
                 }
+                // the served version: the file's, or with promoted values another
+                let version = table.version.clone();
                 entry.serve(Arc::new(table));
                 entry.error = None;
                 (entry, Outcome::Loaded { version, recovered: had_error })
@@ -517,7 +521,7 @@ impl Writer {
     /// The table a pin serves: the one serving already, or (after a restart) built again from
     /// the source kept in `state_dir`.
     fn pinned_table(&self, pin: &Pin, current: Option<&Arc<Table>>) -> Result<Arc<Table>, String> {
-        if let Some(c) = current.filter(|c| c.version == pin.version && c.path == pin.path) {
+        if let Some(c) = current.filter(|c| c.file_version == pin.version && c.path == pin.path) {
             return Ok(c.clone());
         }
         let store = self.store.as_ref().ok_or("its source was kept in memory only")?;
@@ -604,7 +608,7 @@ impl Writer {
         let mut entry = old.entries.get(name).ok_or(RollbackError::UnknownTable)?.clone();
         let previous = entry.previous.pop().ok_or(RollbackError::NoPreviousVersion)?;
         let mut pin = Pin {
-            version: previous.version.clone(),
+            version: previous.file_version.clone(),
             path: previous.path.clone(),
             // what the file held at the last reload: a file whose bytes were never read has
             // no content to keep, and any it gets ends the pin
@@ -725,7 +729,7 @@ fn needs_build(pin: Option<&Pin>, entry: Option<&Entry>, file: &FileRead, force:
         return true;
     }
     let current = entry.and_then(|e| e.current.as_ref());
-    let unchanged = current.is_some_and(|c| c.version == file.version && c.path == file.path);
+    let unchanged = current.is_some_and(|c| c.file_version == file.version && c.path == file.path);
     let failed_before = entry.and_then(|e| e.error.as_ref()).is_some_and(|e| e.failed(file));
     !unchanged && !failed_before
 }
