@@ -20,7 +20,7 @@
 # built once and cached in $CLEF_VM_CACHE (default /var/cache/clef-ci/vm, outside the clone);
 # each run boots a copy-on-write overlay of it, so runs start from the same clean system.
 # Needs root (mmdebstrap, binfmt_misc) and installs what it needs from Debian's packages:
-# mmdebstrap qemu-system-arm qemu-user-static binfmt-support e2fsprogs openssh-client curl.
+# mmdebstrap arch-test qemu-system-arm qemu-user-static binfmt-support e2fsprogs openssh-client curl.
 # Every wait is bounded; the VM is stopped at the end (--keep leaves it running for a look).
 # Network: user-mode networking, ssh and the decision port forwarded to 127.0.0.1 only.
 set -euo pipefail
@@ -52,7 +52,7 @@ check() { # description, command...: the command must succeed
 # --- what the host needs ------------------------------------------------------------------------
 need=()
 for pair in mmdebstrap:mmdebstrap qemu-system-aarch64:qemu-system-arm qemu-aarch64-static:qemu-user-static \
-  update-binfmts:binfmt-support mkfs.ext4:e2fsprogs ssh:openssh-client curl:curl qemu-img:qemu-utils; do
+  update-binfmts:binfmt-support arch-test:arch-test mkfs.ext4:e2fsprogs ssh:openssh-client curl:curl qemu-img:qemu-utils; do
   command -v "${pair%%:*}" >/dev/null || need+=("${pair##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

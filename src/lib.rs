@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod decide;
 pub mod diagnostic;
+pub mod diff;
 pub mod expr;
 pub mod files;
 pub mod input;

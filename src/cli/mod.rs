@@ -3,6 +3,7 @@
 mod bench;
 mod check;
 mod decide;
+mod diff;
 mod flash;
 mod replay;
 mod serve;
@@ -114,6 +115,16 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 3)]
         examples: usize,
     },
+    /// Show what changed between two versions of a table: rules, conditions, actions, params.
+    Diff {
+        /// the old version (any kind of table file)
+        old: PathBuf,
+        /// the new version (a file of the same kind)
+        new: PathBuf,
+        /// print one JSON object
+        #[arg(long)]
+        json: bool,
+    },
     /// Work with tuning's promoted parameter values.
     Tune {
         #[command(subcommand)]
@@ -190,6 +201,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
                 crate::snapshot::replay::Options { table, against, any_table, sla_us, cost_budget_us, examples };
             replay::run(&snapshots, &options, json)
         }
+        Command::Diff { old, new, json } => diff::run(&old, &new, json),
         Command::Tune { command: TuneCommand::Export { table, config, state_dir } } => {
             tune::export(&table, config.as_deref(), state_dir.as_deref())
         }

@@ -55,6 +55,8 @@ use serde_json::{json, Value as Json};
 
 use super::reader::{ReadStats, SnapshotReader};
 use super::record::{json_str, RawRecord};
+use crate::diff::attribute::Attribution;
+use crate::diff::TableDiff;
 use crate::expr::json::write_json_string;
 use crate::input::InputError;
 use crate::table::{Decision, Limits, Table};
@@ -128,6 +130,8 @@ pub struct Example {
     pub replayed_rule: Option<String>,
     /// the action now (raw JSON), or the error code when the table refused the input
     pub replayed_action: Result<String, String>,
+    /// with `--against`, on the second table: the table changes that explain it (empty: none does)
+    pub causes: Option<Vec<String>>,
 }
 
 /// A rule whose outcomes changed.
@@ -141,6 +145,21 @@ pub struct ChangedRule {
     pub gained: u64,
     /// the first few
     pub examples: Vec<Example>,
+    /// with `--against`, on the second table: decisions by each table change that explains them
+    pub causes: BTreeMap<String, u64>,
+    /// with `--against`, on the second table: decisions no table change explains
+    pub unexplained: u64,
+}
+
+impl ChangedRule {
+    /// Counts the causes of one changed decision (`None`: no attribution on this table).
+    fn count_causes(&mut self, causes: Option<&[String]>) {
+        match causes {
+            Some([]) => self.unexplained += 1,
+            Some(causes) => causes.iter().for_each(|c| *self.causes.entry(c.clone()).or_default() += 1),
+            None => {}
+        }
+    }
 }
 
 /// The figures of one table.
@@ -175,6 +194,9 @@ pub struct Scored {
     pub complete: u64,
     /// by rule id (`None`: no rule matched)
     pub changed_rules: BTreeMap<Option<String>, ChangedRule>,
+    /// with `--against`, on the second table: what attributes its changed decisions to the
+    /// changes from the first table (the recorded decision stands for the first table's)
+    pub attribution: Option<Arc<Attribution>>,
 }
 
 /// What `clef replay` found.
@@ -202,6 +224,9 @@ pub struct Report {
     pub options: Options,
     /// where the cost budget comes from
     pub cost_budget_basis: BudgetBasis,
+    /// with `--against`: what changed from the table to the second one (`None`: tables of
+    /// different kinds, which `clef diff` does not compare)
+    pub diff: Option<TableDiff>,
 }
 
 /// Where the cost budget of a replay comes from.
@@ -243,6 +268,7 @@ pub fn run(paths: &[PathBuf], options: &Options) -> Result<Report, String> {
         let reference = lanes[0].file_values.clone();
         lanes.push(Lane::load(t2, &limits, Some(reference))?);
     }
+    let diff = attribute_changes(&mut lanes);
     let mut reader = SnapshotReader::open(paths).map_err(|e| format!("cannot read the snapshots: {e}"))?;
     let name_json = {
         let mut s = String::new();
@@ -320,7 +346,17 @@ pub fn run(paths: &[PathBuf], options: &Options) -> Result<Report, String> {
         peak_rss_bytes: peak_rss_bytes(),
         options: Options { cost_budget_us: budget_us, ..options.clone() },
         cost_budget_basis: basis,
+        diff,
     })
+}
+
+/// With a second table: the diff from the first, and the second lane set to attribute its
+/// changed decisions to it.
+fn attribute_changes(lanes: &mut [Lane]) -> Option<TableDiff> {
+    let [table, against] = lanes else { return None };
+    let diff = crate::diff::diff(&table.base, &against.base).ok()?;
+    against.scored.attribution = Some(Arc::new(Attribution::new(&table.base, &against.base, &diff)));
+    Some(diff)
 }
 
 #[derive(Default)]
@@ -607,6 +643,7 @@ impl Scored {
             cost_decisions: 0,
             complete: 0,
             changed_rules: BTreeMap::new(),
+            attribution: None,
         }
     }
 
@@ -642,6 +679,7 @@ impl Scored {
             Ok(d) => table.outcome_id(d),
             Err(_) => None,
         };
+        let causes = self.attribution.as_ref().map(|a| a.causes(was.as_deref(), now.as_deref(), outcome.is_err()));
         let example = || Example {
             snapshot_id: rec.id.and_then(json_str).map(Cow::into_owned).unwrap_or_default(),
             input: rec.input.map_or("null", RawValue::get).to_string(),
@@ -649,12 +687,14 @@ impl Scored {
             recorded_action: recorded_action.unwrap_or("null").to_string(),
             replayed_rule: now.clone(),
             replayed_action: now_action.map(str::to_string).map_err(str::to_string),
+            causes: causes.clone(),
         };
         let mut note = |rule: Option<String>, lost: bool, gained: bool| {
             let entry = self.changed_rules.entry(rule).or_default();
             entry.count += 1;
             entry.lost += u64::from(lost);
             entry.gained += u64::from(gained);
+            entry.count_causes(causes.as_deref());
             if entry.examples.len() < examples {
                 entry.examples.push(example());
             }
@@ -714,13 +754,19 @@ impl Scored {
             .changed_rules
             .iter()
             .map(|(rule, c)| {
-                json!({
+                let mut entry = json!({
                     "rule_id": rule,
                     "count": c.count,
                     "lost": c.lost,
                     "gained": c.gained,
                     "examples": c.examples.iter().map(Example::to_json).collect::<Vec<_>>(),
-                })
+                });
+                if self.attribution.is_some() {
+                    let causes = c.causes_by_count().into_iter().map(|(cause, n)| json!({"cause": cause, "count": n}));
+                    entry["causes"] = Json::Array(causes.collect());
+                    entry["unexplained"] = json!(c.unexplained);
+                }
+                entry
             })
             .collect();
         json!({
@@ -749,7 +795,7 @@ impl Scored {
 impl Example {
     fn to_json(&self) -> Json {
         let raw = |s: &str| serde_json::from_str::<Json>(s).unwrap_or(Json::Null);
-        json!({
+        let mut example = json!({
             "snapshot_id": self.snapshot_id,
             "input": raw(&self.input),
             "recorded": {"rule_id": self.recorded_rule, "action": raw(&self.recorded_action)},
@@ -757,7 +803,11 @@ impl Example {
                 Ok(a) => json!({"rule_id": self.replayed_rule, "action": raw(a)}),
                 Err(code) => json!({"error": code}),
             },
-        })
+        });
+        if let Some(causes) = &self.causes {
+            example["causes"] = json!(causes);
+        }
+        example
     }
 }
 
@@ -781,8 +831,12 @@ impl Report {
         if let Some(a) = &self.against {
             obj.insert("against".into(), a.to_json(&self.options, self.peak_rss_mb()));
         }
+        if let Some(diff) = &self.diff {
+            obj.insert("diff".into(), diff.to_json());
+        }
         obj.insert("sla_us".into(), json!(self.options.sla_us));
         obj.insert("cost_budget_us".into(), json!(self.options.cost_budget_us));
+        obj.insert("cost_budget_basis".into(), json!(self.cost_budget_basis.name()));
         obj.insert("recorded_latency_p50_ns".into(), json!(self.recorded_latency.quantile(0.5)));
         obj.insert("recorded_latency_p99_ns".into(), json!(self.recorded_latency.quantile(0.99)));
         obj.insert("recorded_versions".into(), json!(self.recorded_versions));
@@ -875,7 +929,10 @@ impl Report {
                 lanes.iter().map(|l| pct(l.within_sla_share())).collect(),
             ),
             ("CPU per million".into(), lanes.iter().map(|l| format!("{:.3} s", l.cpu_s_per_million())).collect()),
-            (format!("cost (budget {budget} µs)"), lanes.iter().map(|l| format!("{:.3}", l.cost(budget))).collect()),
+            (
+                format!("cost (budget {budget:.3} µs, {})", self.cost_budget_basis.name()),
+                lanes.iter().map(|l| format!("{:.3}", l.cost(budget))).collect(),
+            ),
             ("peak memory".into(), lanes.iter().map(|_| format!("{:.1} MiB", self.peak_rss_mb())).collect()),
             ("audit completeness".into(), lanes.iter().map(|l| pct(l.audit_completeness())).collect()),
             ("score".into(), lanes.iter().map(|l| format!("{:.2} / 100", l.score(budget))).collect()),
@@ -898,6 +955,7 @@ impl Report {
             human_ns(self.recorded_latency.quantile(0.5)),
             human_ns(self.recorded_latency.quantile(0.99))
         ));
+        write_diff(&mut o, self);
         for l in &lanes {
             if l.unapplied > 0 {
                 let _ = writeln!(
@@ -913,7 +971,7 @@ impl Report {
             if l.changed_rules.is_empty() {
                 continue;
             }
-            let _ = writeln!(o, "\nrules whose outcomes changed with {}:", l.table);
+            let _ = writeln!(o, "\nrules whose outcomes changed with {} {}:", l.table, l.version);
             let mut by_count: Vec<_> = l.changed_rules.iter().collect();
             by_count.sort_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(b.0)));
             for (rule, c) in by_count {
@@ -926,6 +984,9 @@ impl Report {
                     c.lost,
                     c.gained
                 );
+                if l.attribution.is_some() {
+                    write_causes(&mut o, c);
+                }
                 for e in &c.examples {
                     let now = match &e.replayed_action {
                         Ok(a) => format!("{} → {a}", e.replayed_rule.as_deref().unwrap_or("(no rule)")),
@@ -940,10 +1001,64 @@ impl Report {
                         now,
                         cut(&e.input, TEXT_INPUT_CHARS)
                     );
+                    if let Some(causes) = &e.causes {
+                        let _ = writeln!(o, "      because: {}", because(causes));
+                    }
                 }
             }
         }
         o
+    }
+}
+
+/// With `--against`: what changed from the table to the second one, one line each.
+fn write_diff(o: &mut String, report: &Report) {
+    let (Some(against), Some(path)) = (&report.against, &report.options.against) else { return };
+    let t = &report.table;
+    let _ = write!(
+        o,
+        "\nchanges from {} {} ({}) to {} {} ({}):\n",
+        t.table,
+        t.version,
+        report.options.table.display(),
+        against.table,
+        against.version,
+        path.display()
+    );
+    match &report.diff {
+        None => o.push_str("  (tables of different kinds: not compared)\n"),
+        Some(d) if d.is_empty() => o.push_str("  none in what decides\n"),
+        Some(d) => d.lines().iter().for_each(|l| {
+            let _ = writeln!(o, "  {l}");
+        }),
+    }
+}
+
+/// The causes of a changed rule's decisions: one `because:` line per cause, most decisions first.
+fn write_causes(o: &mut String, c: &ChangedRule) {
+    for (cause, n) in c.causes_by_count() {
+        let _ = writeln!(o, "    because: {cause} ({n} decision{})", plural(n));
+    }
+    if c.unexplained > 0 {
+        let _ = writeln!(o, "    because: {} ({} decision{})", because(&[]), c.unexplained, plural(c.unexplained));
+    }
+}
+
+/// A changed decision's causes on one line.
+fn because(causes: &[String]) -> String {
+    if causes.is_empty() {
+        "no change between the tables explains it (decided by another version when recorded?)".into()
+    } else {
+        causes.join("; ")
+    }
+}
+
+impl ChangedRule {
+    /// The causes with their counts, most decisions first (then by text).
+    pub fn causes_by_count(&self) -> Vec<(&str, u64)> {
+        let mut v: Vec<(&str, u64)> = self.causes.iter().map(|(c, &n)| (c.as_str(), n)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        v
     }
 }
 

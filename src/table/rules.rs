@@ -354,6 +354,11 @@ impl RuleEngine {
         (switched, missing)
     }
 
+    /// The input schema the table declares, when it declares one (`clef diff` compares them).
+    pub fn schema(&self) -> Option<&Schema> {
+        self.rebuild.schema.as_ref()
+    }
+
     /// How many fields the rule index uses.
     pub fn indexed_fields(&self) -> usize {
         self.index.indexed_fields()
