@@ -338,12 +338,13 @@ pub struct Loaded {
 pub fn load(explicit: Option<&Path>, overrides: &Overrides) -> Result<Loaded, Vec<Diagnostic>> {
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| k.starts_with("CLEF_") || k == "STATE_DIRECTORY")
+        .filter(|(k, _)| k.starts_with("CLEF_") || k == "STATE_DIRECTORY" || k == "CREDENTIALS_DIRECTORY")
         .collect();
     load_with_env(explicit, overrides, &env)
 }
 
-/// [`load`] with the environment given explicitly (`CLEF_…` variables and `STATE_DIRECTORY`; others are ignored).
+/// [`load`] with the environment given explicitly (`CLEF_…` variables, systemd's `STATE_DIRECTORY`
+/// and `CREDENTIALS_DIRECTORY`; others are ignored).
 pub fn load_with_env(
     explicit: Option<&Path>,
     overrides: &Overrides,

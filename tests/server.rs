@@ -313,6 +313,34 @@ fn server_token_file_guards_decisions() {
     assert_eq!(srv.get("/health").status, 200);
 }
 
+/// What the Debian package does: no token file in the config, the token handed to the service as
+/// a systemd credential (`LoadCredential=server-token:…`), read from `$CREDENTIALS_DIRECTORY`.
+#[test]
+fn a_systemd_credential_closes_the_decision_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "tables/risk.json", table("big"));
+    write(dir.path(), "credentials/server-token", "cred-token\n");
+    let credentials = dir.path().join("credentials");
+    let text = config("", "", "model:\n  default_table: risk\n");
+    let srv = Server::launch(
+        dir,
+        |p| p.fill(&text).into_bytes(),
+        move |cmd, _| {
+            cmd.env("CREDENTIALS_DIRECTORY", &credentials);
+            None
+        },
+    );
+    let r = srv.get("/tables");
+    r.assert_error(401, "unauthorized");
+    assert!(!r.text().contains("\"rules\""), "the rules must not show without the token: {}", r.text());
+    call(srv.port, "POST", "/decide/risk", &[], br#"{"x": 50}"#).assert_error(401, "unauthorized");
+    let r = call(srv.port, "GET", "/tables", &[("Authorization", "Bearer cred-token")], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = call(srv.port, "POST", "/decide/risk", &[("Authorization", "Bearer cred-token")], br#"{"x": 50}"#);
+    assert_eq!(r.json()["action"]["a"], json!("big"), "{}", r.text());
+    assert!(srv.log_text().contains("decision calls need the bearer token in"), "{}", srv.log_text());
+}
+
 // ---------------------------------------------------------------------------------------------
 // tables, health, metrics
 
