@@ -324,7 +324,8 @@ impl Stages {
         let counts = &pair.counts[worker_stripe() % STRIPES];
         match candidate.decide(body, false) {
             Ok(theirs) => {
-                let agrees = same_action(table.action_json(decision), candidate.action_json(&theirs));
+                let agrees =
+                    crate::expr::json::same_json_text(table.action_json(decision), candidate.action_json(&theirs));
                 counts[usize::from(!agrees)].fetch_add(1, Relaxed);
                 Some((candidate, theirs, agrees))
             }
@@ -392,16 +393,6 @@ pub(crate) fn key_hash(body: &[u8], path: &[String]) -> Option<u64> {
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     Some(u64::from_be_bytes(first))
-}
-
-/// Whether two actions (as JSON) are the same: the same text, or equal as JSON values (keys in
-/// any order).
-fn same_action(a: &str, b: &str) -> bool {
-    a == b
-        || match (serde_json::from_str::<serde_json::Value>(a), serde_json::from_str::<serde_json::Value>(b)) {
-            (Ok(x), Ok(y)) => x == y,
-            _ => false,
-        }
 }
 
 /// One input of a batch: its line number (1-based: the NDJSON line, or the array element)

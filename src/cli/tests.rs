@@ -11,6 +11,7 @@ use serde_json::value::RawValue;
 use serde_json::Value as Json;
 
 use crate::diagnostic::Diagnostic;
+use crate::expr::json::same_value;
 use crate::input::InputError;
 use crate::suggest::did_you_mean;
 use crate::table::jev::{self, Loader};
@@ -264,7 +265,7 @@ pub fn run_test(table: &Table, test: &TableTest) -> TestOutcome {
                     "rule_id" => actual_rule.clone(),
                     _ => actual_action.clone(),
                 };
-                if *expected != actual {
+                if !same_value(expected, &actual) {
                     diffs.push((key.clone(), expected.clone(), actual));
                 }
             }

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value as Json;
 
 use crate::expr::ast::{Expr, ExprKind, Step};
-use crate::snapshot::replay::json_equal;
+use crate::expr::json::{same_json_text, same_value};
 use crate::table::flash::{DimensionSpec, FlashSpec};
 use crate::table::{Engine, Limits, LoadError, RuleEngine, Table};
 
@@ -294,7 +294,7 @@ pub fn diff(old: &Table, new: &Table) -> Result<TableDiff, DiffError> {
         (Engine::Rules(a), Engine::Rules(b)) if old_kind == new_kind => {
             let mut changes = param_changes(old.params.as_ref(), new.params.as_ref());
             changes.extend(schema_changes(a, b));
-            if !json_equal(&a.default_json, &b.default_json) {
+            if !same_json_text(&a.default_json, &b.default_json) {
                 changes.push(Change::Default { old: parse(&a.default_json), new: parse(&b.default_json) });
             }
             changes.extend(rule_changes(a, b));
@@ -314,11 +314,6 @@ pub fn diff(old: &Table, new: &Table) -> Result<TableDiff, DiffError> {
 /// A JSON text the loaders wrote, as a value (`null` if it somehow is not JSON).
 fn parse(text: &str) -> Json {
     serde_json::from_str(text).unwrap_or(Json::Null)
-}
-
-/// Whether two values are the same value, as the condition language's `==` says.
-fn same(a: &Json, b: &Json) -> bool {
-    json_equal(&a.to_string(), &b.to_string())
 }
 
 /// A parameter's declaration without its `description` (which does not decide anything).
@@ -351,7 +346,7 @@ fn param_changes(old: Option<&Json>, new: Option<&Json>) -> Vec<Change> {
                 keys.sort_by_key(|k| (k.as_str() != "value", k.as_str()));
                 for key in keys {
                     let (x, y) = (a.get(key).cloned().unwrap_or(Json::Null), b.get(key).cloned().unwrap_or(Json::Null));
-                    if !same(&x, &y) {
+                    if !same_value(&x, &y) {
                         out.push(Change::Param { name: name.clone(), key: key.clone(), old: x, new: y });
                     }
                 }
@@ -432,11 +427,11 @@ fn rule_changes(old: &RuleEngine, new: &RuleEngine) -> Vec<Change> {
                 new: rule.condition.clone(),
             });
         }
-        if !json_equal(&was.action_json, &rule.action_json) {
+        if !same_json_text(&was.action_json, &rule.action_json) {
             out.push(Change::RuleAction { rule: rule.id.clone(), old: was.action.clone(), new: rule.action.clone() });
         }
         let fallback = |r: &crate::table::Rule| r.fallback.clone().unwrap_or(Json::Null);
-        if !same(&fallback(was), &fallback(rule)) {
+        if !same_value(&fallback(was), &fallback(rule)) {
             out.push(Change::RuleFallback { rule: rule.id.clone(), old: fallback(was), new: fallback(rule) });
         }
     }
@@ -595,7 +590,7 @@ fn flash_changes(old: &FlashSpec, new: &FlashSpec) -> Vec<Change> {
         let action = parse(action);
         match old_actions.get(key) {
             None => out.push(Change::ActionAdded { action: key.clone(), new: action }),
-            Some(was) if !same(was, &action) => {
+            Some(was) if !same_value(was, &action) => {
                 out.push(Change::Action { action: key.clone(), old: was.clone(), new: action })
             }
             Some(_) => {}

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::params::Tunable;
 use super::{Table, TableKind};
+use crate::expr::json::same_value;
 use crate::state_file;
 
 /// The largest overlay file read back.
@@ -101,11 +102,6 @@ fn declared(params: Option<&serde_json::Value>, name: &str) -> Option<serde_json
     params?.get(name)?.get("value").cloned()
 }
 
-/// Two JSON values that are the same value (`1` and `1.0` are).
-fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
-    a == b || matches!((a.as_f64(), b.as_f64()), (Some(x), Some(y)) if x == y)
-}
-
 /// The values of `overlay` that still apply to a table whose file declares `file_params`, and
 /// the entries that no longer do (the file's value changed), by name.
 fn applicable(
@@ -116,7 +112,7 @@ fn applicable(
     let mut stale = Vec::new();
     for (name, p) in &overlay.params {
         match declared(file_params, name) {
-            Some(now) if same(&now, &p.file) => {
+            Some(now) if same_value(&now, &p.file) => {
                 apply.insert(name.clone(), p.value.clone());
             }
             _ => stale.push(name.clone()),
@@ -199,7 +195,7 @@ pub fn promote(
             None => declared(served.params.as_ref(), name)
                 .ok_or_else(|| format!("the table declares no parameter \"{name}\""))?,
         };
-        if same(&file, value) {
+        if same_value(&file, value) {
             overlay.params.remove(name);
         } else {
             overlay.params.insert(name.clone(), Promoted { file, value: value.clone() });
@@ -249,7 +245,7 @@ pub fn export(path: &Path, folder: &Path) -> Result<String, String> {
         .map_err(|e| format!("the exported table does not load: {e}"))?;
     for (name, value) in &values {
         let now = declared(check.params.as_ref(), name);
-        if !now.as_ref().is_some_and(|v| same(v, value)) {
+        if !now.as_ref().is_some_and(|v| same_value(v, value)) {
             return Err(format!("the exported table does not hold the promoted value of \"{name}\""));
         }
     }
