@@ -17,7 +17,8 @@ use crossbeam::utils::CachePadded;
 use crate::expr::json::write_value;
 use crate::expr::value::Value;
 use crate::input::InputError;
-use crate::metrics::{worker_stripe, ShadowCount, STRIPES};
+use crate::metrics::ShadowCount;
+use crate::per_core::{share_threshold, worker_stripe, STRIPES};
 use crate::snapshot::id::next_id_at_ms;
 use crate::snapshot::{Event, Recorder, Shadow, SnapshotId};
 use crate::suggest::did_you_mean;
@@ -301,7 +302,7 @@ impl Stages {
         }
         let draw = match &canary.key {
             Some(path) => key_hash(body, path)?,
-            None => crate::snapshot::id::random_u64(),
+            None => crate::per_core::random_u64(),
         };
         if draw >= canary.threshold && canary.threshold != u64::MAX {
             return None;
@@ -360,17 +361,6 @@ impl Stages {
         let shadows = self.shadows.iter().map(|p| ("shadow", p.served.as_str(), p.candidate.as_str()));
         let canaries = self.canaries.iter().map(|c| ("canary", c.served.as_str(), c.candidate.as_str()));
         shadows.chain(canaries).filter(|(_, _, candidate)| !loaded(candidate)).collect()
-    }
-}
-
-/// `share × 2^64`, saturating: 1.0 takes every hash.
-fn share_threshold(share: f64) -> u64 {
-    if share >= 1.0 {
-        u64::MAX
-    } else if share > 0.0 {
-        (share * 2f64.powi(64)) as u64
-    } else {
-        0
     }
 }
 

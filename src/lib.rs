@@ -18,6 +18,7 @@ pub mod input;
 pub mod logging;
 pub mod memory;
 pub mod metrics;
+pub mod per_core;
 pub mod router;
 pub mod server;
 pub mod snapshot;

@@ -24,10 +24,9 @@
 // constant offsets and bucket positions bounded by the arrays' lengths.
 #![allow(clippy::indexing_slicing)]
 
-use std::cell::Cell;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use crossbeam::utils::CachePadded;
 use prometheus_client::collector::Collector;
@@ -37,11 +36,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::per_core::{machine_stripes, worker_stripe, STRIPES};
 use crate::server::conn::Closed;
-
-/// Number of distinct worker stripes; threads beyond this share stripes (still correct, as every
-/// counter is updated with an atomic `fetch_add`, just no longer contention-free).
-pub const STRIPES: usize = 64;
 
 /// Latency buckets, in microseconds.
 pub const LATENCY_BUCKETS_US: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0, 25000.0];
@@ -65,46 +61,6 @@ const BOUNDS_NS: [u64; N_BUCKETS] = {
     }
     out
 };
-
-// ---------------------------------------------------------------------------------------------
-// Worker stripes
-
-static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
-/// The calling thread's stable stripe in `0..STRIPES`.
-///
-/// Stripes are handed out from a global counter the first time a thread asks, so a worker that
-/// calls this once at start-up gets one of the lowest stripes (which every [`TableStats`] keeps
-/// separate). Threads beyond [`STRIPES`] wrap around and share a stripe. With `may` coroutines the
-/// stripe is that of the OS thread running the coroutine at the moment of the call; never keep it
-/// across a yield point.
-#[inline]
-pub fn worker_stripe() -> usize {
-    STRIPE.with(|stripe| {
-        let v = stripe.get();
-        if v != usize::MAX {
-            return v;
-        }
-        let v = NEXT_STRIPE.fetch_add(1, Relaxed) % STRIPES;
-        stripe.set(v);
-        v
-    })
-}
-
-/// How many stripes a [`TableStats`] allocates: twice the cores (room for the admin listener and
-/// other helper threads), rounded up to a power of two, at most [`STRIPES`]. Keeps a 10,000-rule
-/// table at about 1.3 MB on a 4-core Raspberry Pi instead of 10 MB for all 64 stripes.
-pub(crate) fn table_stripes() -> usize {
-    static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-        (cores * 2).next_power_of_two().min(STRIPES)
-    })
-}
 
 // ---------------------------------------------------------------------------------------------
 // Table statistics
@@ -145,7 +101,7 @@ impl fmt::Debug for TableStats {
 impl TableStats {
     /// Zeroed counters for a table whose rules (by index) have these ids.
     pub fn new(rule_ids: Vec<String>) -> TableStats {
-        Self::with_stripes(rule_ids, table_stripes())
+        Self::with_stripes(rule_ids, machine_stripes())
     }
 
     fn with_stripes(rule_ids: Vec<String>, stripes: usize) -> TableStats {
@@ -1175,17 +1131,6 @@ mod tests {
         open_fds: 12,
         max_fds: 65_536,
     };
-
-    #[test]
-    fn worker_stripe_is_stable_and_in_range() {
-        let here = worker_stripe();
-        assert_eq!(here, worker_stripe());
-        assert!(here < STRIPES);
-        let there = std::thread::spawn(|| (worker_stripe(), worker_stripe())).join().unwrap();
-        assert_eq!(there.0, there.1);
-        assert!(there.0 < STRIPES);
-        assert!(table_stripes().is_power_of_two() && table_stripes() <= STRIPES);
-    }
 
     #[test]
     fn bucket_bounds_are_inclusive_nanoseconds() {

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 mod common;
 
-use clef::snapshot::id::{IdGen, Rng};
+use clef::per_core::Rng;
+use clef::snapshot::id::IdGen;
 use clef::snapshot::segment;
 use clef::snapshot::{
     Compress, Event, KeepClass, KeepDays, RawRecord, Recorder, Settings, Shadow, SnapshotId, SnapshotReader,

@@ -445,7 +445,7 @@ struct Counters {
 
 impl Counters {
     fn new(instances: usize) -> Counters {
-        let stripes = crate::metrics::table_stripes();
+        let stripes = crate::per_core::machine_stripes();
         let chunks_per_stripe = (instances * FIELDS).div_ceil(LANES).max(1);
         let cells = (0..stripes * chunks_per_stripe)
             .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
@@ -457,7 +457,7 @@ impl Counters {
     /// counts before and after it yields.
     #[inline(never)]
     fn stripe_here(&self) -> usize {
-        crate::metrics::worker_stripe() & (self.stripes - 1)
+        crate::per_core::worker_stripe() & (self.stripes - 1)
     }
 
     #[inline]

@@ -578,7 +578,7 @@ fn next_random() -> u64 {
     RANDOM.with(|state| {
         let mut s = state.get();
         if s == 0 {
-            s = crate::snapshot::id::random_u64() | 1;
+            s = crate::per_core::random_u64() | 1;
         }
         s = s.wrapping_add(0xa076_1d64_78bd_642f);
         state.set(s);

@@ -25,14 +25,14 @@ use crossbeam::utils::CachePadded;
 
 use crate::config::Loaded;
 use crate::decide::Stages;
-use crate::metrics::{worker_stripe, ServerStats};
+use crate::metrics::ServerStats;
+use crate::per_core::{worker_stripe, STRIPES};
 use crate::snapshot::Recorder;
 use crate::table::registry::{Outcome, Registry, Reloaded, Sources, WriterError};
 use crate::table::Limits;
 use conn::{ConnLimits, ConnObserver};
 use routes::Listener;
 
-const STRIPES: usize = 64;
 /// The longest a drain waits for connections to finish.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// Connections the admin listener accepts at once.

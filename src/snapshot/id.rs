@@ -23,9 +23,10 @@
 
 use std::cell::Cell;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::str::FromStr;
 use std::time::SystemTime;
+
+pub use crate::per_core::Rng;
 
 const COUNTER_BITS: u32 = 42;
 const COUNTER_MAX: u64 = (1 << COUNTER_BITS) - 1;
@@ -137,34 +138,6 @@ impl fmt::Debug for IdText {
     }
 }
 
-/// A small fast random generator (wyrand): for the random bits of ids and for sampling, where
-/// speed matters and unpredictability to an attacker does not.
-#[derive(Clone, Copy, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// A generator seeded from the process's random hashing keys, the thread and the time.
-    pub fn from_entropy() -> Rng {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64);
-        std::hash::Hash::hash(&std::thread::current().id(), &mut h);
-        Rng(h.finish())
-    }
-
-    /// The next 64 random bits.
-    #[inline]
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0xa076_1d64_78bd_642f);
-        let t = u128::from(self.0).wrapping_mul(u128::from(self.0 ^ 0xe703_7ed1_a0b4_28db));
-        ((t >> 64) ^ t) as u64
-    }
-}
-
 /// One thread's id generator. The clock is the caller's: [`IdGen::next`] takes the time, so
 /// tests can step it back.
 #[derive(Clone, Copy, Debug)]
@@ -245,13 +218,7 @@ pub fn next_id() -> SnapshotId {
     next_id_at(SystemTime::now())
 }
 
-/// 64 random bits from this thread's generator (for draws such as a canary without a key).
-#[inline]
-pub fn random_u64() -> u64 {
-    with_thread_gen(|g| g.rng().next_u64())
-}
-
-/// Runs `f` with this thread's generator (ids and sampling share it). `f` works on a copy that
+/// Runs `f` with this thread's id generator. `f` works on a copy that
 /// is stored back when it returns, so it must not call this again (none of its callers' closures
 /// do: each is one call on the generator).
 #[inline]

@@ -52,7 +52,7 @@ use super::config::{Compress, KeepClass, SnapshotsConfig};
 use super::id::{unix_ms, with_thread_gen, SnapshotId};
 use super::record::{encode, Event, Redact, Scratch};
 use super::segment::{self, Stream};
-use crate::metrics::worker_stripe;
+use crate::per_core::{machine_stripes, random_u64, share_threshold, worker_stripe};
 
 /// Internal sizes and intervals; the defaults suit a Raspberry Pi. Tests shrink them.
 #[derive(Clone, Debug)]
@@ -374,15 +374,10 @@ impl Recorder {
             io::Error::new(e.kind(), format!("cannot create the snapshots folder {}: {e}", dir.display()))
         })?;
         probe_writable(&dir)?;
-        let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let n_stripes = (cores * 2).next_power_of_two().min(crate::metrics::STRIPES);
+        let n_stripes = machine_stripes();
         let stripe_cap = (settings.queue_bytes / n_stripes).max(64 << 10);
         let chunk_bytes = page_multiple(settings.chunk_bytes.clamp(PAGE, stripe_cap / 4));
-        let threshold = if config.sample_rate >= 1.0 {
-            u64::MAX
-        } else {
-            (config.sample_rate.max(0.0) * 18_446_744_073_709_551_616.0) as u64
-        };
+        let threshold = share_threshold(config.sample_rate);
         let shared = Arc::new(Shared {
             dir: dir.clone(),
             config: config.clone(),
@@ -435,7 +430,7 @@ impl Recorder {
         let s = &*self.handle.shared;
         let stripe = &s.stripes[worker_stripe() & s.stripe_mask];
         let keep = s.keep.iter().any(|&c| ev.is(c));
-        if !keep && s.threshold != u64::MAX && with_thread_gen(|g| g.rng().next_u64()) >= s.threshold {
+        if !keep && s.threshold != u64::MAX && random_u64() >= s.threshold {
             stripe.sampled_out.fetch_add(1, Relaxed);
             return Status::SampledOut;
         }

@@ -48,6 +48,7 @@ use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
+use crate::per_core::{random_u64, share_threshold};
 use crate::snapshot::SnapshotId;
 use crate::table::{overlay, ArmName, Table};
 use bandit::{ArmStats, ChoiceTable, Posterior, RewardModel};
@@ -930,21 +931,6 @@ fn posteriors(state: &TableState) -> Vec<Posterior> {
 /// promotion changes the values, not the file).
 fn basis_of(table: &Table) -> String {
     format!("{}:{}", table.file_version, table.params.as_ref().map(|p| p.to_string()).unwrap_or_default())
-}
-
-/// `share × 2^64`, saturating: 1.0 takes every draw.
-fn share_threshold(share: f64) -> u64 {
-    if share >= 1.0 {
-        u64::MAX
-    } else if share > 0.0 {
-        (share * 2f64.powi(64)) as u64
-    } else {
-        0
-    }
-}
-
-fn random_u64() -> u64 {
-    crate::snapshot::id::random_u64()
 }
 
 /// A generator for the tuning thread's draws.
