@@ -325,8 +325,7 @@ impl Stages {
         let counts = &pair.counts[worker_stripe() % STRIPES];
         match candidate.decide(body, false) {
             Ok(theirs) => {
-                let agrees =
-                    crate::expr::json::same_json_text(table.action_json(decision), candidate.action_json(&theirs));
+                let agrees = crate::expr::same_json_text(table.action_json(decision), candidate.action_json(&theirs));
                 counts[usize::from(!agrees)].fetch_add(1, Relaxed);
                 Some((candidate, theirs, agrees))
             }

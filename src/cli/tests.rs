@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use serde_json::Value as Json;
 
 use crate::diagnostic::Diagnostic;
-use crate::expr::json::same_value;
+use crate::expr::same_value;
 use crate::input::InputError;
 use crate::suggest::did_you_mean;
 use crate::table::jev::{self, Loader};

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value as Json;
 
 use crate::expr::ast::{Expr, ExprKind, Step};
-use crate::expr::json::{same_json_text, same_value};
+use crate::expr::{same_json_text, same_value};
 use crate::table::flash::{DimensionSpec, FlashSpec};
 use crate::table::{Engine, Limits, LoadError, RuleEngine, Table};
 

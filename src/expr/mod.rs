@@ -13,6 +13,7 @@
 //! - [`eval`] runs a `Program` (it never imports the compiler); `reference` walks the syntax
 //!   tree with no slots, folding or index: the test oracle, not used to answer requests;
 //! - `json` writes JSON text, for every part of clef that does.
+//! - `same` is the language's `==` on JSON values: the one rule of "the same value".
 
 pub(crate) mod ast;
 pub mod check;
@@ -27,6 +28,7 @@ pub(crate) mod patterns;
 pub(crate) mod program;
 pub(crate) mod reference;
 pub(crate) mod safety;
+pub(crate) mod same;
 pub(crate) mod value;
 
 use std::fmt;
@@ -38,6 +40,7 @@ pub use ast::{Expr, Span};
 pub use check::{Schema, SchemaType, TypeSet};
 pub use ops::EvalError;
 pub use program::Program;
+pub use same::{same_json_text, same_value};
 pub use value::{Const, Type, Value};
 
 /// A load-time problem in one condition, with its byte range in the condition text.

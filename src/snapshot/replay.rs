@@ -57,7 +57,8 @@ use super::reader::{ReadStats, SnapshotReader};
 use super::record::{json_str, RawRecord};
 use crate::diff::attribute::Attribution;
 use crate::diff::TableDiff;
-use crate::expr::json::{same_json_text, same_value, write_json_string};
+use crate::expr::json::write_json_string;
+use crate::expr::{same_json_text, same_value};
 use crate::input::InputError;
 use crate::table::{Decision, Limits, Table};
 

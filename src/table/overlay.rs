@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::params::Tunable;
 use super::{Table, TableKind};
-use crate::expr::json::same_value;
+use crate::expr::same_value;
 use crate::state_file;
 
 /// The largest overlay file read back.
