@@ -167,6 +167,21 @@ pub fn to_serde(v: &Value<'_>) -> serde_json::Value {
     serde_json::from_str(&v.to_json()).unwrap_or(serde_json::Value::Null)
 }
 
+// Written here, beside the writer, so that the value types need nothing of JSON text.
+impl Value<'_> {
+    /// Compact JSON text of this value (what `string(x)` returns for non-strings).
+    pub fn to_json(&self) -> String {
+        let mut out = String::new();
+        self.write_json(&mut out);
+        out
+    }
+
+    /// Appends the compact JSON text of this value to `out`.
+    pub fn write_json(&self, out: &mut String) {
+        write_value(self, out);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -225,18 +225,6 @@ impl<'a> Value<'a> {
             Value::Object(o) => Const::Object(o.iter().map(|(k, v)| (k.into(), v.to_const())).collect()),
         }
     }
-
-    /// Compact JSON text of this value (what `string(x)` returns for non-strings).
-    pub fn to_json(&self) -> String {
-        let mut out = String::new();
-        self.write_json(&mut out);
-        out
-    }
-
-    /// Appends the compact JSON text of this value to `out`.
-    pub fn write_json(&self, out: &mut String) {
-        super::json::write_value(self, out);
-    }
 }
 
 impl<'a> Array<'a> {

@@ -15,6 +15,9 @@ use std::path::PathBuf;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+/// The most `redact` paths applied.
+pub const MAX_REDACT: usize = 64;
+
 /// The most `max_disk_mb` may say: 1 TiB.
 pub const MAX_DISK_MB: u64 = 1 << 20;
 /// The longest `flush_ms` may be: one minute.
@@ -228,11 +231,8 @@ impl SnapshotsConfig {
                 ));
             }
         }
-        if self.redact.len() > super::record::MAX_REDACT {
-            out.push((
-                "redact",
-                format!("{} paths: at most {} are applied", self.redact.len(), super::record::MAX_REDACT),
-            ));
+        if self.redact.len() > MAX_REDACT {
+            out.push(("redact", format!("{} paths: at most {} are applied", self.redact.len(), MAX_REDACT)));
         }
         let mut seen = Vec::new();
         for class in &self.always_keep {

@@ -37,7 +37,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use super::config::KeepClass;
+use super::config::{KeepClass, MAX_REDACT};
 use super::id::SnapshotId;
 use crate::expr::json::write_json_string;
 use crate::table::{write_timestamp, ArmName, Decision, Table};
@@ -321,9 +321,6 @@ pub(crate) fn write_redacted(input: &[u8], redact: &[Vec<String>], out: &mut Str
         out.push_str(",\"redacted\":true");
     }
 }
-
-/// The most `redact` paths applied.
-pub const MAX_REDACT: usize = 64;
 
 /// Appends JSON text with its line breaks (whitespace between tokens) turned into spaces.
 fn push_one_line(mut rest: &str, out: &mut String) {
