@@ -4,7 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use clef::expr::check::Schema;
-use clef::expr::{Const, Env, Expression};
+use clef::expr::{Const, Env, EvalError, Expression, Value};
+use clef::input::{with_parsed, DEFAULT_MAX_DEPTH};
 use serde_json::Value as Json;
 
 #[derive(Debug)]
@@ -44,11 +45,14 @@ fn run_case(case: &Json) -> (Outcome, Option<Outcome>) {
     let compiled = env_for(case).ok().and_then(|env| Expression::compile(src, &env, as_condition).ok());
     let Some(expr) = compiled else { return (Outcome::LoadError, None) };
     let input = case.get("input").cloned().unwrap_or(Json::Object(Default::default())).to_string();
-    let fast = match expr.evaluate_json(&input).expect("input is an object") {
+    let parsed = |evaluate: &dyn Fn(&Value<'_>) -> Result<Json, EvalError>| {
+        with_parsed(input.as_bytes(), DEFAULT_MAX_DEPTH, |root| evaluate(&root)).expect("input is an object")
+    };
+    let fast = match parsed(&|root| expr.evaluate(root)) {
         Ok(v) => Outcome::Value(v),
         Err(_) => Outcome::RuntimeError,
     };
-    let reference = match expr.evaluate_reference_json(&input).expect("input is an object") {
+    let reference = match parsed(&|root| expr.evaluate_reference(root)) {
         Ok(v) => Outcome::Value(v),
         Err(_) => Outcome::RuntimeError,
     };

@@ -455,10 +455,14 @@ fn example_expressions_give_what_the_docs_say() {
             let claim = row[1].trim();
             let (got, shown) = match Expression::compile(&src, &Env::default(), false) {
                 Err(e) => (None, format!("a load error ({e})")),
-                Ok(expr) => match expr.evaluate_json("{}").expect("{} is an object") {
-                    Err(e) => (Some(None), format!("an error ({e})")),
-                    Ok(v) => (Some(Some(v.clone())), format!("`{v}`")),
-                },
+                Ok(expr) => {
+                    match clef::input::with_parsed(b"{}", clef::input::DEFAULT_MAX_DEPTH, |root| expr.evaluate(&root))
+                        .expect("{} is an object")
+                    {
+                        Err(e) => (Some(None), format!("an error ({e})")),
+                        Ok(v) => (Some(Some(v.clone())), format!("`{v}`")),
+                    }
+                }
             };
             let ok = match (first_code(claim), claim) {
                 (Some(value), _) => {

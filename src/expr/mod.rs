@@ -123,27 +123,21 @@ impl Expression {
         Ok(Expression { ast, program, params: env.params.clone() })
     }
 
-    /// Evaluates with the optimized evaluator against an input object given as JSON text.
-    pub fn evaluate_json(&self, input: &str) -> Result<Result<serde_json::Value, EvalError>, crate::input::InputError> {
-        crate::input::with_parsed(input.as_bytes(), crate::input::DEFAULT_MAX_DEPTH, |root| {
-            let arena = Bump::new();
-            let slots = self.program.fill_slots(&root);
-            let mut cx = eval::Ctx::with_slots(&self.program, &arena, slots);
-            // one expression was compiled
-            let node = self.program.exprs.first().ok_or(EvalError::ConditionNotBool { got: Type::Nil })?;
-            eval::eval(node, &mut cx).map(|v| json::to_serde(&v))
-        })
+    /// Evaluates with the optimized evaluator against a parsed input object (JSON text:
+    /// `crate::input::with_parsed`, which the expression language does not depend on).
+    pub fn evaluate(&self, root: &Value<'_>) -> Result<serde_json::Value, EvalError> {
+        let arena = Bump::new();
+        let slots = self.program.fill_slots(root);
+        let mut cx = eval::Ctx::with_slots(&self.program, &arena, slots);
+        // one expression was compiled
+        let node = self.program.exprs.first().ok_or(EvalError::ConditionNotBool { got: Type::Nil })?;
+        eval::eval(node, &mut cx).map(|v| json::to_serde(&v))
     }
 
-    /// Evaluates with the reference evaluator against an input object given as JSON text.
-    pub fn evaluate_reference_json(
-        &self,
-        input: &str,
-    ) -> Result<Result<serde_json::Value, EvalError>, crate::input::InputError> {
-        crate::input::with_parsed(input.as_bytes(), crate::input::DEFAULT_MAX_DEPTH, |root| {
-            let arena = Bump::new();
-            reference::evaluate(&self.ast, &root, &self.params, &arena).map(|v| json::to_serde(&v))
-        })
+    /// Evaluates with the reference evaluator against a parsed input object.
+    pub fn evaluate_reference(&self, root: &Value<'_>) -> Result<serde_json::Value, EvalError> {
+        let arena = Bump::new();
+        reference::evaluate(&self.ast, root, &self.params, &arena).map(|v| json::to_serde(&v))
     }
 
     /// The compiled program (one expression).
