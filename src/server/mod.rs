@@ -12,6 +12,7 @@ pub mod buffer;
 pub mod conn;
 pub mod http;
 pub mod notify;
+pub mod recent;
 mod router_admin;
 pub mod routes;
 pub mod socket;

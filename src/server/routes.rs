@@ -42,6 +42,8 @@ enum Route<'p> {
     RuleEnabled(Cow<'p, str>, Cow<'p, str>),
     /// a recent decision snapshot (admin)
     Snapshot(Cow<'p, str>),
+    /// the recent decision snapshots, newest first, filtered by the query (admin)
+    Snapshots,
     /// forward-auth with a table; the path after `/authz/{table}` is the one being authorized
     Authz(Cow<'p, str>, &'p str),
     /// the router's instances (admin)
@@ -100,6 +102,7 @@ fn route(path: &str) -> Route<'_> {
         [Some("tables"), Some(name), None] => named(name, Route::Table),
         [Some("tables"), Some(name), Some("rollback")] => named(name, Route::Rollback),
         [Some("reload"), None, None] => Route::Reload,
+        [Some("snapshots"), None, None] => Route::Snapshots,
         [Some("snapshots"), Some(id), None] => named(id, Route::Snapshot),
         [Some("router"), None, None] => Route::RouterStatus,
         [Some("router"), Some("failover"), None] => Route::Failover,
@@ -157,6 +160,7 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
             | Route::Rollback(_)
             | Route::RuleEnabled(..)
             | Route::Snapshot(_)
+            | Route::Snapshots
             | Route::RouterStatus
             | Route::Failover
             | Route::FailoverClear(_)
@@ -173,7 +177,7 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
     }
     let (allowed, method_ok) = match r {
         Route::Decide(_) | Route::Batch(_) => ("POST", req.method == "POST"),
-        Route::Health | Route::Metrics | Route::Tables | Route::Table(_) | Route::Snapshot(_) => {
+        Route::Health | Route::Metrics | Route::Tables | Route::Table(_) | Route::Snapshot(_) | Route::Snapshots => {
             ("GET", req.method == "GET" || req.method == "HEAD")
         }
         Route::Reload | Route::Rollback(_) | Route::Failover => ("POST", req.method == "POST"),
@@ -249,6 +253,7 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
         Route::Rollback(name) => rollback(app, &name, rsp),
         Route::RuleEnabled(name, id) => admin::rule_enabled(app, &name, &id, req.body, rsp),
         Route::Snapshot(id) => snapshot(app, &id, rsp),
+        Route::Snapshots => super::recent::list(app, req, rsp),
         Route::RouterStatus => super::router_admin::status(app, rsp),
         Route::Failover => super::router_admin::failover(app, req.body, rsp),
         Route::FailoverClear(name) => super::router_admin::clear_failover(app, &name, rsp),

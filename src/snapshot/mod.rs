@@ -15,7 +15,8 @@
 //! thread takes the buffers every `flush_ms / 2` (or sooner when one is half full), and appends
 //! them to the current segment with one write per batch, each batch (up to 1 MiB) one zstd
 //! frame. A full buffer refuses the snapshot and counts it; the decision goes on. The batches
-//! also form the recent window that `GET /snapshots/{id}` answers from.
+//! also form the recent window that `GET /snapshots/{id}` and `GET /snapshots` ([`recent`])
+//! answer from.
 //!
 //! **Why it survives a crash.** A segment is only ever appended to, by one writer, in whole
 //! batches; a new process never appends to an old segment (it starts the next sequence
@@ -30,6 +31,7 @@
 pub mod config;
 pub mod id;
 pub mod reader;
+pub mod recent;
 pub mod record;
 pub mod replay;
 pub mod segment;
@@ -38,5 +40,6 @@ pub mod writer;
 pub use config::{Compress, KeepClass, KeepDays, SnapshotsConfig};
 pub use id::{next_id, next_id_at, IdText, SnapshotId};
 pub use reader::{ReadStats, SnapshotReader};
+pub use recent::{Listing, RecentQuery};
 pub use record::{Event, RawRecord, Redact, Shadow};
 pub use writer::{RecordOutcome, Recorder, Settings, Stats, Status};

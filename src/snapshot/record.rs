@@ -456,7 +456,8 @@ fn skip_string(b: &[u8], i: usize) -> Option<usize> {
 }
 
 /// The end of the value starting at `i` (whole objects and arrays skipped without recursion).
-fn skip_value(b: &[u8], mut i: usize) -> Option<usize> {
+/// Also how `GET /snapshots` steps over a recorded input to the fields after it.
+pub(crate) fn skip_value(b: &[u8], mut i: usize) -> Option<usize> {
     let mut depth = 0usize;
     loop {
         match *b.get(i)? {

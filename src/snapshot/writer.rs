@@ -1,7 +1,7 @@
 //! The recorder: workers append snapshot lines to per-core queues of fixed-size chunks; one
 //! writer thread takes the filled chunks, compresses each into one zstd frame, appends them to
 //! segment files, rotates and deletes segments, and keeps the most recent frames in memory for
-//! `GET /snapshots/{id}`.
+//! `GET /snapshots/{id}` and `GET /snapshots` ([`Recorder::recent`]).
 //!
 //! **The queue is bounded in memory, not in lines.** Each core's stripe owns chunks of
 //! `Settings::chunk_bytes` (128 KiB), at most its share of `Settings::queue_bytes` of them
@@ -50,6 +50,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::config::{Compress, KeepClass, SnapshotsConfig};
 use super::id::{unix_ms, with_thread_gen, SnapshotId};
+use super::recent::{Collector, Listing, RecentQuery, Window};
 use super::record::{encode, Event, Redact, Scratch};
 use super::segment::{self, Stream};
 use crate::per_core::{machine_stripes, random_u64, share_threshold, worker_stripe};
@@ -265,12 +266,14 @@ struct Chunk {
     /// the range of the unix ms of the ids in it (`first_ms > last_ms` while empty)
     first_ms: u64,
     last_ms: u64,
+    /// the snapshot lines in it
+    lines: u64,
 }
 
 impl Chunk {
     fn map(capacity: usize) -> io::Result<Chunk> {
         let map = memmap2::MmapMut::map_anon(capacity)?;
-        Ok(Chunk { map, len: 0, stream: Stream::Ordinary, first_ms: u64::MAX, last_ms: 0 })
+        Ok(Chunk { map, len: 0, stream: Stream::Ordinary, first_ms: u64::MAX, last_ms: 0, lines: 0 })
     }
 
     fn capacity(&self) -> usize {
@@ -284,6 +287,7 @@ impl Chunk {
     fn push(&mut self, line: &[u8], ms: u64) {
         self.map[self.len..self.len + line.len()].copy_from_slice(line);
         self.len += line.len();
+        self.lines += 1;
         self.first_ms = self.first_ms.min(ms);
         self.last_ms = self.last_ms.max(ms);
     }
@@ -298,6 +302,7 @@ impl Chunk {
 
     fn clear(&mut self) {
         self.len = 0;
+        self.lines = 0;
         self.first_ms = u64::MAX;
         self.last_ms = 0;
     }
@@ -327,6 +332,8 @@ struct Frame {
     zstd: bool,
     first_ms: u64,
     last_ms: u64,
+    /// the snapshot lines in it
+    lines: u64,
 }
 
 impl Frame {
@@ -337,6 +344,29 @@ impl Frame {
         }
         let lines = zstd::stream::decode_all(&self.data[..]).ok()?;
         find_line(finder, &lines)
+    }
+
+    /// Decompresses this zstd frame into `out` (replacing what it held), with `decompressor`
+    /// (made on first use, kept for the next frame). The frame records its size (the writer's
+    /// compressor sets the flag), so `out` grows once, to exactly that.
+    fn decode_into(
+        &self,
+        decompressor: &mut Option<zstd::bulk::Decompressor<'static>>,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        let size = zstd::zstd_safe::get_frame_content_size(&self.data)
+            .ok()
+            .flatten()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a frame without its size"))?;
+        out.clear();
+        out.reserve(
+            usize::try_from(size).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a frame too large"))?,
+        );
+        if decompressor.is_none() {
+            *decompressor = Some(zstd::bulk::Decompressor::new()?);
+        }
+        decompressor.as_mut().expect("made above").decompress_to_buffer(&self.data[..], out)?;
+        Ok(())
     }
 }
 
@@ -513,6 +543,79 @@ impl Recorder {
             .or_else(search_stripes)
             .or_else(search_in_flight)
             .or_else(search_recent)
+    }
+
+    /// The recent decisions in memory that `query` asks for, newest first, for `GET /snapshots`
+    /// (see [`super::recent`]): the lines are at most `max_bytes` in all. Searches what
+    /// [`Recorder::lookup`] searches, in the order that misses no batch moving on meanwhile
+    /// (its stripe, then the in-flight list, then the window: a batch leaves each only once it
+    /// is in the next); a batch seen twice is listed once. Each lock is held only to copy: a
+    /// stripe's lines (at most its share of the queue), the in-flight chunks' and the window's
+    /// frames' handles; decompressing and filtering happen after.
+    pub fn recent(&self, query: &RecentQuery, max_bytes: usize) -> Listing {
+        let s = &*self.handle.shared;
+        let mut collector = Collector::new(query, max_bytes);
+        let mut window = Window::default();
+        // 1. the stripes: the newest snapshots, not written yet
+        let mut copy: Vec<u8> = Vec::new();
+        let mut parts: Vec<(usize, usize, u64, u64)> = Vec::new();
+        for stripe in s.stripes.iter() {
+            copy.clear();
+            parts.clear();
+            {
+                let q = stripe.queue.lock();
+                for chunk in q.open.iter().flatten().chain(q.ready.iter()) {
+                    window.add(chunk.lines, chunk.first_ms, chunk.last_ms);
+                    if chunk.len > 0 && collector.wants(chunk.first_ms, chunk.last_ms) {
+                        parts.push((copy.len(), copy.len() + chunk.len, chunk.first_ms, chunk.last_ms));
+                        copy.extend_from_slice(chunk.bytes());
+                    }
+                }
+            }
+            for &(start, end, first, last) in &parts {
+                collector.scan(&copy[start..end], first, last);
+            }
+        }
+        drop(copy);
+        // 2. the batch the writer is writing (its frames may be in the window already: not
+        // counted here)
+        let in_flight: Vec<Arc<Chunk>> = s.in_flight.lock().iter().cloned().collect();
+        for chunk in &in_flight {
+            collector.scan(chunk.bytes(), chunk.first_ms, chunk.last_ms);
+        }
+        drop(in_flight);
+        // 3. the window, newest frames first
+        let mut frames: Vec<Frame> = {
+            let recent = s.recent.lock();
+            let mut wanted = Vec::new();
+            for f in &recent.frames {
+                window.add(f.lines, f.first_ms, f.last_ms);
+                if query.may_hold(f.first_ms, f.last_ms) {
+                    wanted.push(f.clone());
+                }
+            }
+            wanted
+        };
+        frames.sort_by_key(|f| std::cmp::Reverse(f.last_ms));
+        let mut decompressor = None;
+        let mut plain: Vec<u8> = Vec::new();
+        for f in &frames {
+            if !collector.wants(f.first_ms, f.last_ms) {
+                continue;
+            }
+            if !f.zstd {
+                collector.scan(&f.data, f.first_ms, f.last_ms);
+                continue;
+            }
+            if f.decode_into(&mut decompressor, &mut plain).is_ok() {
+                collector.scan(&plain, f.first_ms, f.last_ms);
+            }
+            // a frame of one long line does not keep its buffer
+            if plain.capacity() > 2 * s.chunk_bytes {
+                plain = Vec::new();
+            }
+        }
+        collector.finish(window)
     }
 
     /// Whether snapshots reach the disk now, and the last failure (see [`Health`]).
@@ -1082,7 +1185,7 @@ impl Writer {
                 None => Arc::from(chunk.bytes()),
             };
             let zstd = self.zstd_level.is_some();
-            frames.push(Frame { data, zstd, first_ms: chunk.first_ms, last_ms: chunk.last_ms });
+            frames.push(Frame { data, zstd, first_ms: chunk.first_ms, last_ms: chunk.last_ms, lines: chunk.lines });
         }
         // a long line's frame does not keep its buffer
         if self.frame_out.capacity() > 2 * zstd::zstd_safe::compress_bound(self.s.chunk_bytes) {

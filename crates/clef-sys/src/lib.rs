@@ -46,6 +46,22 @@ pub fn release_freed_memory(force: bool) {
     unsafe { libmimalloc_sys::mi_collect(force) }
 }
 
+/// Sets the calling thread's nice value (0 is the default, 19 the lowest priority; Linux keeps
+/// one per thread): for background work that should give the CPU to the threads serving
+/// requests whenever they want it, and take it when they do not. Raising it needs no privilege.
+pub fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: gettid takes nothing, touches no memory and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority takes plain integers and touches no memory of ours; on Linux,
+    // PRIO_PROCESS with a thread id sets that one thread's nice value.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS as _, tid as libc::id_t, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -62,6 +78,29 @@ mod tests {
         client.write_all(b"x").unwrap();
         let queued = super::unsent_bytes(&client);
         assert!(queued.is_some_and(|q| q <= 1), "{queued:?}");
+    }
+
+    /// A thread's nice value is its own: raised on one thread, the others keep theirs.
+    #[test]
+    fn a_thread_lowers_its_own_priority() {
+        let nice_of = |tid: i32| -> i64 {
+            let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+            // the fields after the command's closing parenthesis; nice is the 19th field of stat
+            let rest = &stat[stat.rfind(')').unwrap() + 2..];
+            rest.split(' ').nth(16).unwrap().parse().unwrap()
+        };
+        // SAFETY: as in set_thread_nice.
+        let main = unsafe { libc::gettid() };
+        let before = nice_of(main);
+        let (lowered, main_after) = std::thread::spawn(move || {
+            super::set_thread_nice(before as i32 + 5).unwrap();
+            // SAFETY: as above.
+            (nice_of(unsafe { libc::gettid() }), nice_of(main))
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lowered, before + 5);
+        assert_eq!(main_after, before);
     }
 
     /// Collecting after mimalloc freed a large block returns, and mimalloc still serves.
