@@ -346,7 +346,15 @@ fn clients_that_stop_reading_are_dropped_after_the_write_timeout() {
         std::thread::sleep(Duration::from_millis(50));
     };
     eprintln!("both non-reading clients were dropped {closed:?} after the last write");
-    assert!(metric(&srv, "clef_write_timeouts_total") >= 2.0);
+    let timeouts = metric(&srv, "clef_write_timeouts_total");
+    let closed_by: Vec<String> = srv
+        .get("/metrics")
+        .text()
+        .lines()
+        .filter(|l| l.starts_with("clef_connections_closed_total{"))
+        .map(str::to_string)
+        .collect();
+    assert!(timeouts >= 2.0, "{timeouts} write timeouts; connections closed: {closed_by:#?}");
     drop((parked, flood));
 }
 
