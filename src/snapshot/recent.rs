@@ -87,12 +87,9 @@ fn scalar_is(v: &serde_json::Value, text: &str) -> bool {
     use serde_json::Value;
     match v {
         Value::String(s) => s == text,
-        Value::Number(n) => {
-            n.to_string() == text || text.parse::<f64>().ok().zip(n.as_f64()).is_some_and(|(a, b)| a == b)
-        }
-        Value::Bool(b) => text == if *b { "true" } else { "false" },
-        Value::Null => text == "null",
         Value::Array(_) | Value::Object(_) => false,
+        // a number, true, false or null: the same value as `text` read as JSON, by the one rule
+        scalar => serde_json::from_str::<Value>(text).is_ok_and(|t| crate::expr::same_value(scalar, &t)),
     }
 }
 
