@@ -13,9 +13,10 @@ use crate::authz::{header_safe, Proxy, Verdict};
 use crate::decide::{self as pipeline, Refusal, Routed};
 use crate::expr::json::{write_json_float, write_json_string, write_string_map};
 use crate::metrics::{self, Gauges, TableLoad, TableSource, TableView};
+use crate::registry::{Entry, Outcome, Reloaded, RollbackError, Tables};
+use crate::render::write_timestamp;
 use crate::router::forward::{Answer, Endpoint, Outgoing};
-use crate::table::registry::{Entry, Outcome, Reloaded, RollbackError, Tables};
-use crate::table::{write_timestamp, Table};
+use crate::table::Table;
 
 /// Which listener a request came in on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -479,12 +480,7 @@ fn batch<'a>(app: &'a App, name: Option<&str>, req: &Request<'_>, rsp: &mut Resp
     let explain = req.query_flag("explain");
     let traceparent = req.header("traceparent").map(<[u8]>::to_vec);
     rsp.stream(move |body, out| {
-        let options = pipeline::Options {
-            explain,
-            traceparent: traceparent.as_deref(),
-            degraded,
-            ..pipeline::Options::default()
-        };
+        let options = pipeline::Options { explain, traceparent: traceparent.as_deref(), degraded };
         decide_batch(app, &tables, name.as_deref(), inputs, body, &options, out);
     });
 }
