@@ -36,8 +36,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::http1::Closed;
 use crate::per_core::{machine_stripes, worker_stripe, STRIPES};
-use crate::server::conn::Closed;
 
 /// Latency buckets, in microseconds.
 pub const LATENCY_BUCKETS_US: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0, 25000.0];

@@ -175,6 +175,17 @@ pub fn write_warnings(table: &Table, d: &Decision, scratch: &mut String, out: &m
     out.push(']');
 }
 
+/// `{"error": {"code", "message"}, "line": N}`: a batch line that got no decision.
+pub fn write_line_error(code: &str, message: &str, line: usize, out: &mut String) {
+    out.push_str("{\"error\":{\"code\":");
+    write_json_string(code, out);
+    out.push_str(",\"message\":");
+    write_json_string(message, out);
+    out.push_str("},\"line\":");
+    out.push_str(&line.to_string());
+    out.push('}');
+}
+
 /// Appends `t` as RFC 3339 UTC with milliseconds (`2026-11-30T08:23:45.123Z`).
 /// The part up to the seconds is formatted once per second per thread.
 pub fn write_timestamp(t: SystemTime, out: &mut String) {

@@ -591,6 +591,7 @@ fn error_codes_in_source() -> BTreeSet<(u16, String)> {
     let quoted = regex::Regex::new(r#""([a-z_]+)""#).expect("regex");
     let mut sources = Vec::new();
     rust_sources(&Path::new(ROOT).join("src"), &mut sources);
+    rust_sources(&Path::new(ROOT).join("crates/clef-engine/src"), &mut sources);
     let mut out = BTreeSet::new();
     let mut dynamic_statuses = BTreeSet::new();
     let mut dynamic_codes = BTreeSet::new();

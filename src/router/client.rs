@@ -400,12 +400,9 @@ fn parse_head(
     let mut keep_alive = response.version == Some(1);
     for h in response.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
-            let text = std::str::from_utf8(h.value).unwrap_or("").trim();
-            let n: usize = text
-                .parse()
-                .ok()
-                .filter(|_| text.bytes().all(|b| b.is_ascii_digit()))
-                .ok_or_else(|| ClientError::Invalid(format!("Content-Length `{}`", text.escape_debug())))?;
+            let n = crate::http1::parse_content_length(h.value).ok_or_else(|| {
+                ClientError::Invalid(format!("Content-Length `{}`", String::from_utf8_lossy(h.value).escape_debug()))
+            })?;
             if length.is_some_and(|l| l != n) {
                 return Err(ClientError::Invalid("two different Content-Length headers".into()));
             }
@@ -413,7 +410,7 @@ fn parse_head(
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(ClientError::Invalid("a Transfer-Encoding body (clef answers with Content-Length)".into()));
         } else if h.name.eq_ignore_ascii_case("connection") {
-            keep_alive = crate::server::conn::keep_alive_after(h.value, keep_alive);
+            keep_alive = crate::http1::keep_alive_after(h.value, keep_alive);
         }
     }
     let length = length.ok_or_else(|| ClientError::Invalid("no Content-Length".into()))?;

@@ -71,7 +71,7 @@ pub struct Answer {
 
 impl Answer {
     /// Writes the answer as our response.
-    pub fn write(self, rsp: &mut crate::server::http::Response) {
+    pub fn write(self, rsp: &mut crate::http1::Response) {
         rsp.status = self.status;
         rsp.content_type = self.content_type;
         rsp.body = self.body;
@@ -97,7 +97,7 @@ pub fn run(router: &Router, plan: &Plan, out: &Outgoing<'_>) -> Result<Answer, U
     let shape = match out.endpoint {
         Endpoint::Decide => Shape::Decision,
         Endpoint::Batch => Shape::Batch(
-            crate::decide::BatchInputs::check(out.body)
+            crate::input::batch::BatchInputs::check(out.body)
                 .ok()
                 .map(|mut inputs| std::iter::from_fn(|| inputs.next(out.body)).map(|(line, _)| line).collect()),
         ),
@@ -238,7 +238,7 @@ fn refusal_per_line(status: u16, body: &str, inputs: &[usize]) -> Result<String,
         serde_json::from_str(body).map_err(|_| format!("answered {status} with a body that is not a clef error"))?;
     let mut out = String::with_capacity(inputs.len() * (body.len() + 16));
     for &line in inputs {
-        crate::decide::write_line_error(&refusal.error.code, &refusal.error.message, line, &mut out);
+        crate::render::write_line_error(&refusal.error.code, &refusal.error.message, line, &mut out);
         out.push('\n');
     }
     Ok(out)

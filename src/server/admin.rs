@@ -5,9 +5,9 @@
 
 use std::fmt::Write as _;
 
-use super::http::Response;
 use super::App;
 use crate::expr::json::write_json_string;
+use crate::http1::Response;
 use crate::registry::{Entry, Reloaded, SwitchError, WriterError};
 use crate::table::Engine;
 

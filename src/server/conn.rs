@@ -55,7 +55,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use super::buffer::{Held, InputBuffer, RequestMemory};
-use super::http::{BodyProducer, BodySink, Request, Response};
+use crate::http1::{keep_alive_after, parse_content_length, BodyProducer, BodySink, Closed, Request, Response};
 
 /// Limits applied to each connection.
 #[derive(Debug)]
@@ -89,64 +89,6 @@ pub trait ConnObserver {
     /// whether the server is draining: idle connections close
     fn draining(&self) -> bool {
         false
-    }
-}
-
-/// Why a connection closed (`clef_connections_closed_total{reason}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Closed {
-    /// the client closed it
-    Client,
-    /// it was idle for the idle timeout
-    Idle,
-    /// the server is draining (SIGTERM)
-    Draining,
-    /// an answer said `Connection: close` (the client asked, or the request was malformed)
-    Answered,
-    /// a request did not arrive within the read timeout (answered 408)
-    ReadTimeout,
-    /// the client stopped reading its answers for the write timeout
-    WriteTimeout,
-    /// reading failed (a reset, say)
-    ReadError,
-    /// writing an answer failed
-    WriteError,
-    /// the memory all connections share for large requests was taken (answered 503)
-    RequestMemory,
-}
-
-impl Closed {
-    /// Every reason, in the order of [`Closed::index`].
-    pub const ALL: [Closed; 9] = [
-        Closed::Client,
-        Closed::Idle,
-        Closed::Draining,
-        Closed::Answered,
-        Closed::ReadTimeout,
-        Closed::WriteTimeout,
-        Closed::ReadError,
-        Closed::WriteError,
-        Closed::RequestMemory,
-    ];
-
-    /// The reason's place in [`Closed::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Closed::Client => "client",
-            Closed::Idle => "idle_timeout",
-            Closed::Draining => "draining",
-            Closed::Answered => "connection_close",
-            Closed::ReadTimeout => "read_timeout",
-            Closed::WriteTimeout => "write_timeout",
-            Closed::ReadError => "read_error",
-            Closed::WriteError => "write_error",
-            Closed::RequestMemory => "request_memory",
-        }
     }
 }
 
@@ -836,31 +778,6 @@ impl<S: Write> BodySink for ChunkSink<'_, S> {
     }
 }
 
-/// `Content-Length` as RFC 9110 has it: one or more digits. A sign, spaces inside, or a
-/// leading zero (`+63`, `00063`) are refused: a lenient proxy in front might read them
-/// differently, which is how requests get smuggled.
-/// Whether a connection stays open after a `Connection: value` header, `keep_alive` being what
-/// the protocol version says without one (the router's client reads peers' answers alike).
-pub(crate) fn keep_alive_after(value: &[u8], keep_alive: bool) -> bool {
-    let v = String::from_utf8_lossy(value).to_ascii_lowercase();
-    if v.contains("close") {
-        false
-    } else if v.contains("keep-alive") {
-        true
-    } else {
-        keep_alive
-    }
-}
-
-fn parse_content_length(value: &[u8]) -> Option<usize> {
-    let v = value.trim_ascii();
-    let digits_only = !v.is_empty() && v.iter().all(u8::is_ascii_digit);
-    if !digits_only || (v.len() > 1 && v[0] == b'0') {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse().ok()
-}
-
 fn too_large_headers(limits: &ConnLimits) -> String {
     format!(
         "the request head is too large: at most {} headers and {} bytes are accepted \
@@ -971,14 +888,5 @@ mod tests {
             _ => panic!("the failed write is not reported"),
         }
         assert!(produced.get() <= OUT_CAP + 1000, "{} bytes produced for a client that is gone", produced.get());
-    }
-
-    #[test]
-    fn content_length_is_digits_only() {
-        assert_eq!(parse_content_length(b"63"), Some(63));
-        assert_eq!(parse_content_length(b" 0 "), Some(0));
-        for bad in [&b"+63"[..], b"00063", b"-1", b"6 3", b"", b"0x10", b"99999999999999999999999"] {
-            assert_eq!(parse_content_length(bad), None, "{:?}", String::from_utf8_lossy(bad));
-        }
     }
 }

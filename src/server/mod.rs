@@ -10,7 +10,6 @@
 pub mod admin;
 pub mod buffer;
 pub mod conn;
-pub mod http;
 pub mod notify;
 pub mod recent;
 mod router_admin;
@@ -231,7 +230,7 @@ impl ConnObserver for Observer<'_> {
     fn write_timed_out(&self) {
         self.app.stats.write_timed_out();
     }
-    fn closed(&self, why: conn::Closed) {
+    fn closed(&self, why: crate::http1::Closed) {
         self.app.stats.connection_closed(why);
     }
     fn draining(&self) -> bool {

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime};
 
-use super::http::{Request, Response};
 use super::App;
+use crate::http1::{Request, Response};
 use crate::snapshot::{Listing, RecentQuery, Recorder};
 
 /// The most bytes of snapshot lines one listing holds; beyond it the oldest matching lines are

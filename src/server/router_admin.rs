@@ -4,9 +4,9 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use super::http::Response;
 use super::App;
 use crate::expr::json::{write_json_float, write_json_string, write_string_map};
+use crate::http1::Response;
 use crate::registry::Tables;
 use crate::router::Router;
 

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use percent_encoding::percent_decode_str;
 
 use super::admin;
-use super::http::{BodySink, Request, Response};
 use super::App;
 use crate::authz::{header_safe, Proxy, Verdict};
 use crate::decide::{self as pipeline, Refusal, Routed};
 use crate::expr::json::{write_json_float, write_json_string, write_string_map};
+use crate::http1::{BodySink, Request, Response};
+use crate::input::batch::BatchInputs;
 use crate::metrics::{self, Gauges, TableLoad, TableSource, TableView};
 use crate::registry::{Entry, Outcome, Reloaded, RollbackError, Tables};
-use crate::render::write_timestamp;
+use crate::render::{self, write_timestamp};
 use crate::router::forward::{Answer, Endpoint, Outgoing};
 use crate::table::Table;
 
@@ -454,7 +455,7 @@ fn batch<'a>(app: &'a App, name: Option<&str>, req: &Request<'_>, rsp: &mut Resp
     if let Err(refusal) = pipeline::resolve(&tables, name.as_deref(), app.default_table.as_deref()) {
         return refuse(&refusal, rsp);
     }
-    let inputs = match pipeline::BatchInputs::check(req.body) {
+    let inputs = match BatchInputs::check(req.body) {
         Ok(inputs) => inputs,
         Err(e) => return rsp.error(e.status(), e.code(), &e.to_string()),
     };
@@ -495,7 +496,7 @@ fn decide_batch(
     app: &App,
     tables: &Tables,
     name: Option<&str>,
-    mut inputs: pipeline::BatchInputs,
+    mut inputs: BatchInputs,
     body: &[u8],
     options: &pipeline::Options<'_>,
     out: &mut dyn BodySink,
@@ -505,7 +506,7 @@ fn decide_batch(
         Ok(found) => found,
         // the handler resolved it in this same snapshot: never, but said if it were
         Err(refusal) => {
-            pipeline::write_line_error(refusal.code(), &refusal.to_string(), 0, &mut lines);
+            render::write_line_error(refusal.code(), &refusal.to_string(), 0, &mut lines);
             lines.push('\n');
             let _ = out.write_str(&lines);
             return;
@@ -518,7 +519,7 @@ fn decide_batch(
             let decided = pipeline::decide_staged(&app.stages, tables, resolved, bytes, options, &mut lines);
             count(&decided, decided.latency_ns);
             if let Err(e) = &decided.result {
-                pipeline::write_line_error(e.code(), &e.to_string(), line, &mut lines);
+                render::write_line_error(e.code(), &e.to_string(), line, &mut lines);
             }
             lines.push('\n');
         }

@@ -1,9 +1,9 @@
 //! Tuning's endpoints (SPEC §9): `POST /feedback`, `GET /tuning/{table}` and (admin)
 //! `POST /tuning/{table}/promote`.
 
-use super::http::Response;
 use super::App;
 use crate::decide::unknown_table;
+use crate::http1::Response;
 
 const TUNING_OFF: &str = "tuning is off: list tables in tuning.tables (config.yaml) to tune their parameters";
 

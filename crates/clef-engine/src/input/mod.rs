@@ -2,6 +2,7 @@
 //! nesting limit and BOM tolerance of SPEC §10–§11, the request-time schema
 //! check of SPEC §3, and parse errors in plain words.
 
+pub mod batch;
 pub(crate) mod scan;
 
 use std::cell::RefCell;

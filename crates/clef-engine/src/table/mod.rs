@@ -148,7 +148,7 @@ impl LoadError {
     }
 
     /// A load error of one problem about the whole file.
-    pub(crate) fn single(path: &str, message: String) -> LoadError {
+    pub fn single(path: &str, message: String) -> LoadError {
         LoadError::from(vec![Diagnostic::whole_file(path, message)])
     }
 

@@ -20,7 +20,7 @@ pub mod check;
 pub(crate) mod compile;
 pub mod eval;
 pub(crate) mod ir;
-pub(crate) mod json;
+pub mod json;
 pub mod lexer;
 pub mod ops;
 pub mod parser;
@@ -29,7 +29,7 @@ pub(crate) mod program;
 pub(crate) mod reference;
 pub(crate) mod safety;
 pub(crate) mod same;
-pub(crate) mod value;
+pub mod value;
 
 use std::fmt;
 

@@ -256,20 +256,22 @@ fn line_col_offset(source: &str, line: usize, column: usize) -> usize {
 /// Reads JSON values of one file and collects diagnostics positioned at them:
 /// a `RawValue` borrowed from `source` knows where it is. The tests files of
 /// `clef test` and `clef check` are read with it too.
-pub(crate) struct Loader<'s> {
+pub struct Loader<'s> {
     path: &'s str,
     source: &'s str,
     file: SourceFile<'s>,
-    pub(crate) diags: Vec<Diagnostic>,
+    /// the problems found so far
+    pub diags: Vec<Diagnostic>,
 }
 
 impl<'s> Loader<'s> {
-    pub(crate) fn new(path: &'s str, source: &'s str) -> Loader<'s> {
+    /// A loader of `source`, the text of the file `path`.
+    pub fn new(path: &'s str, source: &'s str) -> Loader<'s> {
         Loader { path, source, file: SourceFile::new(path, source), diags: Vec::new() }
     }
 
     /// The file, as diagnostics name it.
-    pub(crate) fn path(&self) -> &'s str {
+    pub fn path(&self) -> &'s str {
         self.path
     }
 
@@ -280,14 +282,14 @@ impl<'s> Loader<'s> {
     }
 
     /// An error at `raw` (which must be borrowed from the source).
-    pub(crate) fn at(&mut self, raw: &RawValue, message: String) {
+    pub fn at(&mut self, raw: &RawValue, message: String) {
         let off = self.offset(raw);
         let width = raw.get().find('\n').unwrap_or(raw.get().len()).min(40);
         self.diags.push(self.file.at(off, width, message));
     }
 
     /// An error at the key written before `value`.
-    pub(crate) fn at_key(&mut self, value: &RawValue, key: &str, message: String) {
+    pub fn at_key(&mut self, value: &RawValue, key: &str, message: String) {
         let off = self.offset(value);
         let quoted = serde_json::to_string(key).unwrap_or_default();
         // The key stands just before its value; a key written with other escapes than serde's is

@@ -33,7 +33,7 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
         Err(io::Error::new(io::ErrorKind::InvalidInput, format!("it is {what}, not a regular file")))
     };
     regular(std::fs::metadata(path)?)?;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path)?;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
     regular(file.metadata()?)?;
     Ok(file)
 }
