@@ -58,6 +58,10 @@ enum Route<'p> {
     Tuning(Cow<'p, str>),
     /// store a tuned table's winning values (admin)
     Promote(Cow<'p, str>),
+    /// the status page (admin)
+    Page,
+    /// each table's decisions over the last minutes (admin)
+    Activity,
     NotFound,
 }
 
@@ -92,6 +96,8 @@ fn route(path: &str) -> Route<'_> {
         }
     }
     match parts {
+        [Some(""), None, None] => Route::Page,
+        [Some("activity"), None, None] => Route::Activity,
         [Some("decide"), None, None] => Route::Decide(None),
         [Some("decide"), Some("batch"), None] => Route::Batch(None),
         [Some("decide"), Some(name), Some("batch")] => named(name, |n| Route::Batch(Some(n))),
@@ -165,6 +171,8 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
             | Route::Failover
             | Route::FailoverClear(_)
             | Route::Promote(_)
+            | Route::Page
+            | Route::Activity
     );
     if is_admin_route && !admin {
         // Admin endpoints exist only on the admin listener.
@@ -182,7 +190,9 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
         }
         Route::Reload | Route::Rollback(_) | Route::Failover => ("POST", req.method == "POST"),
         Route::RuleEnabled(..) => ("PUT", req.method == "PUT"),
-        Route::RouterStatus | Route::Tuning(_) => ("GET", req.method == "GET" || req.method == "HEAD"),
+        Route::RouterStatus | Route::Tuning(_) | Route::Page | Route::Activity => {
+            ("GET", req.method == "GET" || req.method == "HEAD")
+        }
         Route::Feedback | Route::Promote(_) => ("POST", req.method == "POST"),
         Route::FailoverClear(_) => ("DELETE", req.method == "DELETE"),
         // a proxy asks with the method of the request it authorizes, whatever it is
@@ -197,7 +207,9 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
         rsp.error(405, "method_not_allowed", &format!("{} {} is not allowed; use {allowed}", req.method, req.path));
         return;
     }
-    if admin && !authorized(app.admin_token.as_deref(), req) {
+    // The page itself is the same bytes for everyone and holds no data: a browser cannot send
+    // a token with a navigation, so the page asks for it and sends it with every request it makes.
+    if admin && !matches!(r, Route::Page) && !authorized(app.admin_token.as_deref(), req) {
         rsp.add_header("WWW-Authenticate", "Bearer");
         rsp.error(401, "unauthorized", "admin endpoints need Authorization: Bearer <admin token>");
         return;
@@ -266,6 +278,8 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
         }
         Route::Tuning(name) => super::tuning_routes::report(app, &name, rsp),
         Route::Promote(name) => super::tuning_routes::promote(app, &name, req.body, rsp),
+        Route::Page => super::page::serve(rsp),
+        Route::Activity => super::activity::report(app, rsp),
         Route::NotFound => {}
     }
 }
