@@ -33,11 +33,11 @@ use std::path::Path;
 
 use clef::config::Model;
 use clef::decide::{self as pipeline, Options, Stages};
+use clef::registry::{Registry, Sources};
 use clef::server::conn::Socket;
 use clef::server::routes::Listener;
 use clef::server::App;
 use clef::snapshot::{Recorder, Settings, SnapshotsConfig};
-use clef::table::registry::{Registry, Sources};
 use clef::table::Limits;
 use clef::tuning::{Tuner, TuningConfig};
 use criterion::measurement::WallTime;

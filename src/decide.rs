@@ -19,11 +19,12 @@ use crate::expr::value::Value;
 use crate::input::InputError;
 use crate::metrics::ShadowCount;
 use crate::per_core::{share_threshold, worker_stripe, STRIPES};
+use crate::registry::{Entry, Tables};
+use crate::render::{self, ResponseMeta, Timestamp};
 use crate::snapshot::id::next_id_at_ms;
 use crate::snapshot::{Event, Recorder, Shadow, SnapshotId};
 use crate::suggest::did_you_mean;
-use crate::table::registry::{Entry, Tables};
-use crate::table::{Decision, ResponseMeta, Table, Timestamp};
+use crate::table::{Decision, Table};
 use crate::tuning::Tuner;
 
 /// Why a request got no decision.
@@ -119,36 +120,22 @@ pub fn unknown_table(tables: &Tables, name: &str) -> Refusal {
 }
 
 /// How to answer one decision.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Options<'a> {
     /// add the trace of the rules tried
     pub explain: bool,
-    /// who decides (`local`, or a peer's id)
-    pub instance: &'a str,
     /// the caller's W3C `traceparent` header, recorded in the snapshot
     pub traceparent: Option<&'a [u8]>,
     /// why the answer is degraded whatever the table says (`router_fallback`)
     pub degraded: Option<&'static str>,
 }
 
-impl Default for Options<'_> {
-    fn default() -> Self {
-        Options { explain: false, instance: "local", traceparent: None, degraded: None }
-    }
-}
-
 /// Decides `body` with `table` alone (no canary, shadow or snapshot: what `clef decide` does)
 /// and appends the response body (SPEC §6) to `out`; returns the decision.
 pub fn decide(table: &Table, body: &[u8], options: &Options<'_>, out: &mut String) -> Result<Decision, InputError> {
     let decision = table.decide(body, options.explain)?;
-    let meta = ResponseMeta {
-        timestamp: SystemTime::now().into(),
-        snapshot_id: None,
-        recorded: true,
-        variant: None,
-        instance: options.instance,
-    };
-    table.write_decision(&decision, &meta, out);
+    let meta = ResponseMeta { timestamp: SystemTime::now().into(), snapshot_id: None, recorded: true, variant: None };
+    render::write_decision(table, &decision, &meta, out);
     Ok(decision)
 }
 
@@ -217,7 +204,6 @@ pub fn decide_staged<'t>(
         event.variant = drawn.as_ref().map(|d| d.arm_name());
         event.pinned = entry.pin.is_some();
         event.canary_for = (!Arc::ptr_eq(table, asked)).then_some(asked.name.as_str());
-        event.instance = options.instance;
         event.timestamp = timestamp;
         event.latency_ns = latency_ns;
         event.traceparent = options.traceparent;
@@ -229,9 +215,8 @@ pub fn decide_staged<'t>(
         snapshot_id: snapshot,
         recorded,
         variant: drawn.as_ref().map(|d| d.arm_name()),
-        instance: options.instance,
     };
-    table.write_decision(decision, &meta, out);
+    render::write_decision(table, decision, &meta, out);
     Decided { entry, table, result, latency_ns, snapshot }
 }
 

@@ -19,6 +19,8 @@ pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod per_core;
+pub mod registry;
+pub mod render;
 pub mod router;
 pub mod server;
 pub mod snapshot;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use clef::diagnostic::Diagnostic;
+use clef::registry::{Outcome, Registry, Sources};
 use clef::table::flash::{cfb, hex, source, FlashTable};
-use clef::table::registry::{Outcome, Registry, Sources};
 use clef::table::{Limits, Table, TableKind};
 use serde_json::{json, Value as Json};
 use sha2::{Digest, Sha256};
@@ -62,15 +62,14 @@ fn decide(t: &Table, input: &str) -> (Json, bool, Json) {
 
 fn response(t: &Table, input: &str, explain: bool) -> Json {
     let d = t.decide(input.as_bytes(), explain).unwrap();
-    let meta = clef::table::ResponseMeta {
+    let meta = clef::render::ResponseMeta {
         timestamp: std::time::SystemTime::now().into(),
         snapshot_id: None,
         recorded: true,
         variant: None,
-        instance: "local",
     };
     let mut out = String::new();
-    t.write_decision(&d, &meta, &mut out);
+    clef::render::write_decision(t, &d, &meta, &mut out);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 

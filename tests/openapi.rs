@@ -321,6 +321,64 @@ fn every_operation_answers_as_described() {
     assert!(unasked.is_empty(), "operations of docs/openapi.yaml no example answered with success: {unasked:?}");
 }
 
+/// A path with its names made anonymous (`/tables/{name}` and `/tables/{table}` are one path);
+/// forward-auth's `/authz/{table}/{path}` is `/authz/{table}` (OpenAPI's path names hold no `/`:
+/// the description says that the path goes on).
+fn shape(path: &str) -> String {
+    let anonymous = regex::Regex::new(r"\{[^}]+\}").unwrap().replace_all(path, "{}").into_owned();
+    anonymous.strip_suffix("/{}").filter(|p| *p == "/authz/{}").map(String::from).unwrap_or(anonymous)
+}
+
+#[test]
+fn every_route_is_described_and_nothing_else() {
+    use clef::server::routes::{Token, ADMIN_ROUTES, MAIN_ROUTES};
+    let spec = spec();
+    // (METHOD, path) → listeners, and the tokens asked (security scheme names)
+    let mut routed: BTreeMap<(String, String), (BTreeSet<&str>, BTreeSet<&str>)> = BTreeMap::new();
+    for (listener, rows) in [("decision", MAIN_ROUTES), ("admin", ADMIN_ROUTES)] {
+        for row in rows {
+            // any method: the description has the two a proxy uses, GET and POST
+            let methods: &[&str] = if row.method == "*" { &["GET", "POST"] } else { &[row.method] };
+            for method in methods {
+                let entry = routed.entry((method.to_string(), shape(row.path))).or_default();
+                entry.0.insert(listener);
+                entry.1.extend(match row.token {
+                    Token::None => None,
+                    Token::Server => Some("decisionToken"),
+                    Token::ServerInHeader => Some("clefToken"),
+                    Token::Admin => Some("adminToken"),
+                });
+            }
+        }
+    }
+    let mut described: BTreeMap<(String, String), (BTreeSet<&str>, BTreeSet<&str>)> = BTreeMap::new();
+    let ops = operations(&spec);
+    for ((method, path), op) in &ops {
+        let listeners: BTreeSet<&str> = match op["x-clef-listener"].as_str() {
+            Some("both") => ["decision", "admin"].into(),
+            Some(one @ ("decision" | "admin")) => [one].into(),
+            other => panic!("{method} {path}: x-clef-listener {other:?}"),
+        };
+        let security = op.get("security").unwrap_or(&spec["security"]);
+        let tokens: BTreeSet<&str> = security
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s.as_object().unwrap().keys().map(String::as_str))
+            .collect();
+        described.insert((method.clone(), shape(path)), (listeners, tokens));
+    }
+    let missing: Vec<_> = routed.keys().filter(|k| !described.contains_key(*k)).collect();
+    let extra: Vec<_> = described.keys().filter(|k| !routed.contains_key(*k)).collect();
+    assert!(missing.is_empty(), "endpoints of the route tables docs/openapi.yaml lacks: {missing:?}");
+    assert!(extra.is_empty(), "operations of docs/openapi.yaml no route table has: {extra:?}");
+    for (key, (listeners, tokens)) in &routed {
+        let (l, t) = &described[key];
+        assert_eq!(l, listeners, "{key:?}: the listeners of docs/openapi.yaml's x-clef-listener");
+        assert_eq!(t, tokens, "{key:?}: the tokens of docs/openapi.yaml's security");
+    }
+}
+
 #[test]
 fn every_error_code_of_the_docs_is_in_the_error_schema() {
     let spec = spec();

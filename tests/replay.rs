@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
+use clef::render::ArmName;
 use clef::snapshot::replay::{self, Options};
 use clef::snapshot::{Compress, Event, Recorder, SnapshotsConfig, Status};
-use clef::table::{ArmName, Limits, Table};
+use clef::table::{Limits, Table};
 use serde_json::Value as Json;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");

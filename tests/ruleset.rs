@@ -9,7 +9,8 @@ use std::process::{Command, Output};
 use std::time::SystemTime;
 
 use clef::diagnostic::Diagnostic;
-use clef::table::{Decision, Limits, ResponseMeta, Table};
+use clef::render::ResponseMeta;
+use clef::table::{Decision, Limits, Table};
 use proptest::prelude::*;
 use serde_json::{json, Value as Json};
 
@@ -25,14 +26,9 @@ fn loaded(text: &str) -> Table {
 fn answer(table: &Table, input: &Json) -> Json {
     let d = table.decide(input.to_string().as_bytes(), false).expect("a decision");
     let mut out = String::new();
-    let meta = ResponseMeta {
-        timestamp: SystemTime::UNIX_EPOCH.into(),
-        snapshot_id: None,
-        recorded: true,
-        variant: None,
-        instance: "t",
-    };
-    table.write_decision(&d, &meta, &mut out);
+    let meta =
+        ResponseMeta { timestamp: SystemTime::UNIX_EPOCH.into(), snapshot_id: None, recorded: true, variant: None };
+    clef::render::write_decision(table, &d, &meta, &mut out);
     serde_json::from_str(&out).expect("the body is JSON")
 }
 

@@ -12,13 +12,14 @@ use std::time::{Duration, Instant, SystemTime};
 mod common;
 
 use clef::per_core::Rng;
+use clef::render::ArmName;
 use clef::snapshot::id::IdGen;
 use clef::snapshot::segment;
 use clef::snapshot::{
     Compress, Event, KeepClass, KeepDays, RawRecord, Recorder, Settings, Shadow, SnapshotId, SnapshotReader,
     SnapshotsConfig, Status,
 };
-use clef::table::{ArmName, Limits, Table};
+use clef::table::{Limits, Table};
 use serde_json::Value as Json;
 
 const GATE: &str = r#"{

@@ -357,7 +357,7 @@ pub(crate) fn served_file(group: &[PathBuf]) -> Result<PathBuf, String> {
         [one] => Ok(one.clone()),
         _ => {
             let name = group.first().map(|p| crate::table::table_name(p)).unwrap_or_default();
-            crate::table::registry::pick(&name, group).map(|(path, _)| path).map_err(|e| e.summary)
+            crate::registry::pick(&name, group).map(|(path, _)| path).map_err(|e| e.summary)
         }
     }
 }

@@ -21,7 +21,7 @@ pub fn export(table: &Path, config_path: Option<&Path>, state_dir: Option<&Path>
             }
         },
     };
-    match crate::table::overlay::export(table, &crate::tuning::Tuner::overlay_folder(&state_dir)) {
+    match crate::registry::overlay::export(table, &crate::tuning::Tuner::overlay_folder(&state_dir)) {
         Ok(text) => {
             print!("{text}");
             0

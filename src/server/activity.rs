@@ -20,7 +20,7 @@ use super::http::Response;
 use super::App;
 use crate::expr::json::{write_json_float, write_json_string};
 use crate::metrics::{OutcomeCounts, TableStats};
-use crate::table::registry::Tables;
+use crate::registry::Tables;
 
 /// How often a sample of the counters is kept.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);

@@ -1,14 +1,14 @@
 //! The admin side of the registry on the wire: kill switches (`PUT
 //! /tables/{name}/rules/{id}/enabled`), and what reloads, rollbacks and `GET /tables/{name}`
 //! say about pins and switches. Each handler asks the registry's writer thread and waits for
-//! its answer without holding up the worker (see `table::registry`).
+//! its answer without holding up the worker (see `registry`).
 
 use std::fmt::Write as _;
 
 use super::http::Response;
 use super::App;
 use crate::expr::json::write_json_string;
-use crate::table::registry::{Entry, Reloaded, SwitchError, WriterError};
+use crate::registry::{Entry, Reloaded, SwitchError, WriterError};
 use crate::table::Engine;
 
 /// `PUT /tables/{name}/rules/{id}/enabled` with a body of `true` or `false`: a kill switch

@@ -7,8 +7,8 @@ use std::time::Instant;
 use super::http::Response;
 use super::App;
 use crate::expr::json::{write_json_float, write_json_string, write_string_map};
+use crate::registry::Tables;
 use crate::router::Router;
-use crate::table::registry::Tables;
 
 /// Logs the router's instances, and a fallback table that is not loaded.
 pub(super) fn announce(router: &Router, tables: &Tables) {

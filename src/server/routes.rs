@@ -13,9 +13,10 @@ use crate::authz::{header_safe, Proxy, Verdict};
 use crate::decide::{self as pipeline, Refusal, Routed};
 use crate::expr::json::{write_json_float, write_json_string, write_string_map};
 use crate::metrics::{self, Gauges, TableLoad, TableSource, TableView};
+use crate::registry::{Entry, Outcome, Reloaded, RollbackError, Tables};
+use crate::render::write_timestamp;
 use crate::router::forward::{Answer, Endpoint, Outgoing};
-use crate::table::registry::{Entry, Outcome, Reloaded, RollbackError, Tables};
-use crate::table::{write_timestamp, Table};
+use crate::table::Table;
 
 /// Which listener a request came in on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +64,167 @@ enum Route<'p> {
     /// each table's decisions over the last minutes (admin)
     Activity,
     NotFound,
+}
+
+/// An endpoint of SPEC §6, without the names in its path: what a row of a route table serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndpointKind {
+    /// `POST /decide`, `POST /decide/{table}`
+    Decide,
+    /// `POST /decide/batch`, `POST /decide/{table}/batch`
+    Batch,
+    /// forward-auth: `/authz/{table}/…` with any method
+    Authz,
+    /// `GET /health`
+    Health,
+    /// `GET /metrics`
+    Metrics,
+    /// `GET /tables`
+    Tables,
+    /// `GET /tables/{name}`
+    Table,
+    /// `POST /reload`
+    Reload,
+    /// `POST /tables/{name}/rollback`
+    Rollback,
+    /// `PUT /tables/{name}/rules/{id}/enabled`: a kill switch
+    RuleEnabled,
+    /// `GET /snapshots/{id}`
+    Snapshot,
+    /// `GET /snapshots`
+    Snapshots,
+    /// `GET /router`
+    RouterStatus,
+    /// `POST /router/failover`
+    Failover,
+    /// `DELETE /router/failover/{table}`
+    FailoverClear,
+    /// `POST /feedback`
+    Feedback,
+    /// `GET /tuning/{table}`
+    Tuning,
+    /// `POST /tuning/{table}/promote`
+    Promote,
+    /// `GET /`: the status page
+    Page,
+    /// `GET /activity`
+    Activity,
+}
+
+/// Which token a route asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Token {
+    /// none: health and metrics on the main listener
+    None,
+    /// the decision token (`server.token_file`) as `Authorization: Bearer`
+    Server,
+    /// the decision token in `X-Clef-Token`: forward-auth keeps `Authorization` for the input
+    ServerInHeader,
+    /// the admin token (`admin.token_file`) as `Authorization: Bearer`
+    Admin,
+}
+
+/// One endpoint on one listener: what is served where, and behind which token.
+#[derive(Clone, Copy, Debug)]
+pub struct RouteRow {
+    /// the endpoint
+    pub kind: EndpointKind,
+    /// the method it answers (`GET` answers `HEAD` too); `*` for any method
+    pub method: &'static str,
+    /// the path, with `{…}` for names (each path also answers under `/v1`)
+    pub path: &'static str,
+    /// the token it needs when one is configured
+    pub token: Token,
+}
+
+impl RouteRow {
+    const fn new(kind: EndpointKind, method: &'static str, path: &'static str, token: Token) -> RouteRow {
+        RouteRow { kind, method, path, token }
+    }
+
+    /// Whether a request with `method` is served by this row.
+    pub fn allows(&self, method: &str) -> bool {
+        self.method == "*" || method == self.method || (self.method == "GET" && method == "HEAD")
+    }
+}
+
+use EndpointKind as E;
+
+/// The decision listener (`server.listen`): decisions, forward-auth, feedback, and the read-only
+/// views that clients and load balancers use.
+pub const MAIN_ROUTES: &[RouteRow] = &[
+    RouteRow::new(E::Decide, "POST", "/decide", Token::Server),
+    RouteRow::new(E::Decide, "POST", "/decide/{table}", Token::Server),
+    RouteRow::new(E::Batch, "POST", "/decide/batch", Token::Server),
+    RouteRow::new(E::Batch, "POST", "/decide/{table}/batch", Token::Server),
+    RouteRow::new(E::Authz, "*", "/authz/{table}/{path}", Token::ServerInHeader),
+    RouteRow::new(E::Health, "GET", "/health", Token::None),
+    RouteRow::new(E::Metrics, "GET", "/metrics", Token::None),
+    RouteRow::new(E::Tables, "GET", "/tables", Token::Server),
+    RouteRow::new(E::Table, "GET", "/tables/{table}", Token::Server),
+    RouteRow::new(E::Feedback, "POST", "/feedback", Token::Server),
+    RouteRow::new(E::Tuning, "GET", "/tuning/{table}", Token::Server),
+];
+
+/// The admin listener (`admin.listen`, loopback by default): every change to what is served, the
+/// recorded decisions and the router's controls, all behind the admin token but the status page
+/// (`GET /`), which holds no data.
+pub const ADMIN_ROUTES: &[RouteRow] = &[
+    RouteRow::new(E::Health, "GET", "/health", Token::Admin),
+    RouteRow::new(E::Metrics, "GET", "/metrics", Token::Admin),
+    RouteRow::new(E::Tables, "GET", "/tables", Token::Admin),
+    RouteRow::new(E::Table, "GET", "/tables/{table}", Token::Admin),
+    RouteRow::new(E::Reload, "POST", "/reload", Token::Admin),
+    RouteRow::new(E::Rollback, "POST", "/tables/{table}/rollback", Token::Admin),
+    RouteRow::new(E::RuleEnabled, "PUT", "/tables/{table}/rules/{rule}/enabled", Token::Admin),
+    RouteRow::new(E::Snapshots, "GET", "/snapshots", Token::Admin),
+    RouteRow::new(E::Snapshot, "GET", "/snapshots/{id}", Token::Admin),
+    RouteRow::new(E::RouterStatus, "GET", "/router", Token::Admin),
+    RouteRow::new(E::Failover, "POST", "/router/failover", Token::Admin),
+    RouteRow::new(E::FailoverClear, "DELETE", "/router/failover/{table}", Token::Admin),
+    RouteRow::new(E::Tuning, "GET", "/tuning/{table}", Token::Admin),
+    RouteRow::new(E::Promote, "POST", "/tuning/{table}/promote", Token::Admin),
+    // The page is the same bytes for everyone and holds no data: a browser cannot send a token
+    // with a plain visit, so the page asks for the token and sends it with every request it makes.
+    RouteRow::new(E::Page, "GET", "/", Token::None),
+    RouteRow::new(E::Activity, "GET", "/activity", Token::Admin),
+];
+
+/// The route table of a listener.
+pub fn routes(listener: Listener) -> &'static [RouteRow] {
+    match listener {
+        Listener::Main => MAIN_ROUTES,
+        Listener::Admin => ADMIN_ROUTES,
+    }
+}
+
+impl Route<'_> {
+    /// The endpoint, or `None` for a path that names none.
+    fn kind(&self) -> Option<EndpointKind> {
+        Some(match self {
+            Route::Decide(_) => E::Decide,
+            Route::Batch(_) => E::Batch,
+            Route::Health => E::Health,
+            Route::Metrics => E::Metrics,
+            Route::Tables => E::Tables,
+            Route::Table(_) => E::Table,
+            Route::Reload => E::Reload,
+            Route::Rollback(_) => E::Rollback,
+            Route::RuleEnabled(..) => E::RuleEnabled,
+            Route::Snapshot(_) => E::Snapshot,
+            Route::Snapshots => E::Snapshots,
+            Route::Authz(..) => E::Authz,
+            Route::RouterStatus => E::RouterStatus,
+            Route::Failover => E::Failover,
+            Route::FailoverClear(_) => E::FailoverClear,
+            Route::Feedback => E::Feedback,
+            Route::Tuning(_) => E::Tuning,
+            Route::Promote(_) => E::Promote,
+            Route::Page => E::Page,
+            Route::Activity => E::Activity,
+            Route::NotFound => return None,
+        })
+    }
 }
 
 fn route(path: &str) -> Route<'_> {
@@ -160,103 +322,51 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
         return;
     }
     let r = route(req.path);
-    let is_admin_route = matches!(
-        r,
-        Route::Reload
-            | Route::Rollback(_)
-            | Route::RuleEnabled(..)
-            | Route::Snapshot(_)
-            | Route::Snapshots
-            | Route::RouterStatus
-            | Route::Failover
-            | Route::FailoverClear(_)
-            | Route::Promote(_)
-            | Route::Page
-            | Route::Activity
-    );
-    if is_admin_route && !admin {
-        // Admin endpoints exist only on the admin listener.
+    let Some(kind) = r.kind() else {
+        rsp.error(404, "not_found", &format!("no endpoint {} {}", req.method, req.path));
+        return;
+    };
+    let Some(row) = routes(listener).iter().find(|row| row.kind == kind) else {
+        let elsewhere = if admin { "the main listener" } else { "the admin listener" };
+        rsp.error(404, "not_found", &format!("no endpoint {} here; it is served on {elsewhere}", req.path));
+        return;
+    };
+    if !row.allows(req.method) {
+        rsp.add_header("Allow", row.method);
         rsp.error(
-            404,
-            "not_found",
-            &format!("no endpoint {} here; admin endpoints are on the admin listener", req.path),
+            405,
+            "method_not_allowed",
+            &format!("{} {} is not allowed; use {}", req.method, req.path, row.method),
         );
         return;
     }
-    let (allowed, method_ok) = match r {
-        Route::Decide(_) | Route::Batch(_) => ("POST", req.method == "POST"),
-        Route::Health | Route::Metrics | Route::Tables | Route::Table(_) | Route::Snapshot(_) | Route::Snapshots => {
-            ("GET", req.method == "GET" || req.method == "HEAD")
-        }
-        Route::Reload | Route::Rollback(_) | Route::Failover => ("POST", req.method == "POST"),
-        Route::RuleEnabled(..) => ("PUT", req.method == "PUT"),
-        Route::RouterStatus | Route::Tuning(_) | Route::Page | Route::Activity => {
-            ("GET", req.method == "GET" || req.method == "HEAD")
-        }
-        Route::Feedback | Route::Promote(_) => ("POST", req.method == "POST"),
-        Route::FailoverClear(_) => ("DELETE", req.method == "DELETE"),
-        // a proxy asks with the method of the request it authorizes, whatever it is
-        Route::Authz(..) => ("any", true),
-        Route::NotFound => {
-            rsp.error(404, "not_found", &format!("no endpoint {} {}", req.method, req.path));
+    match row.token {
+        Token::Admin if !authorized(app.admin_token.as_deref(), req) => {
+            rsp.add_header("WWW-Authenticate", "Bearer");
+            rsp.error(401, "unauthorized", "admin endpoints need Authorization: Bearer <admin token>");
             return;
         }
-    };
-    if !method_ok {
-        rsp.add_header("Allow", allowed);
-        rsp.error(405, "method_not_allowed", &format!("{} {} is not allowed; use {allowed}", req.method, req.path));
-        return;
-    }
-    // The page itself is the same bytes for everyone and holds no data: a browser cannot send
-    // a token with a navigation, so the page asks for it and sends it with every request it makes.
-    if admin && !matches!(r, Route::Page) && !authorized(app.admin_token.as_deref(), req) {
-        rsp.add_header("WWW-Authenticate", "Bearer");
-        rsp.error(401, "unauthorized", "admin endpoints need Authorization: Bearer <admin token>");
-        return;
-    }
-    // Decisions and table listings (conditions, thresholds) need the decision token on the
-    // main listener; the admin listener has its own token, checked above.
-    let needs_server_token = matches!(
-        r,
-        Route::Decide(_) | Route::Batch(_) | Route::Tables | Route::Table(_) | Route::Feedback | Route::Tuning(_)
-    );
-    if !admin && needs_server_token && !authorized(app.server_token.as_deref(), req) {
-        rsp.add_header("WWW-Authenticate", "Bearer");
-        rsp.error(
-            401,
-            "unauthorized",
-            "this endpoint needs Authorization: Bearer <token> (server.token_file, or the server-token credential)",
-        );
-        return;
+        Token::Server if !authorized(app.server_token.as_deref(), req) => {
+            rsp.add_header("WWW-Authenticate", "Bearer");
+            rsp.error(
+                401,
+                "unauthorized",
+                "this endpoint needs Authorization: Bearer <token> (server.token_file, or the server-token credential)",
+            );
+            return;
+        }
+        // The request's own `Authorization` belongs to the input: clef's token travels in
+        // `X-Clef-Token` here.
+        Token::ServerInHeader if !token_matches(app.server_token.as_deref(), req.header("x-clef-token")) => {
+            rsp.error(401, "unauthorized", "/authz needs the token of server.token_file in X-Clef-Token");
+            return;
+        }
+        _ => {}
     }
     match r {
-        Route::Decide(name) => {
-            if admin {
-                rsp.error(404, "not_found", "decisions are served on the main listener");
-                return;
-            }
-            decide(app, name.as_deref(), req, rsp)
-        }
-        Route::Batch(name) => {
-            if admin {
-                rsp.error(404, "not_found", "decisions are served on the main listener");
-                return;
-            }
-            batch(app, name.as_deref(), req, rsp)
-        }
-        Route::Authz(name, asked) => {
-            if admin {
-                rsp.error(404, "not_found", "forward-auth is served on the main listener");
-                return;
-            }
-            // The request's own `Authorization` belongs to the input: clef's token travels
-            // in `X-Clef-Token` here.
-            if !token_matches(app.server_token.as_deref(), req.header("x-clef-token")) {
-                rsp.error(401, "unauthorized", "/authz needs the token of server.token_file in X-Clef-Token");
-                return;
-            }
-            authz(app, &name, asked, req, rsp)
-        }
+        Route::Decide(name) => decide(app, name.as_deref(), req, rsp),
+        Route::Batch(name) => batch(app, name.as_deref(), req, rsp),
+        Route::Authz(name, asked) => authz(app, &name, asked, req, rsp),
         Route::Health => health(app, admin, rsp),
         Route::Metrics => metrics_text(app, req, rsp),
         Route::Tables => tables(app, admin, rsp),
@@ -269,13 +379,7 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
         Route::RouterStatus => super::router_admin::status(app, rsp),
         Route::Failover => super::router_admin::failover(app, req.body, rsp),
         Route::FailoverClear(name) => super::router_admin::clear_failover(app, &name, rsp),
-        Route::Feedback => {
-            if admin {
-                rsp.error(404, "not_found", "feedback is taken on the main listener");
-                return;
-            }
-            super::tuning_routes::feedback(app, req.body, rsp)
-        }
+        Route::Feedback => super::tuning_routes::feedback(app, req.body, rsp),
         Route::Tuning(name) => super::tuning_routes::report(app, &name, rsp),
         Route::Promote(name) => super::tuning_routes::promote(app, &name, req.body, rsp),
         Route::Page => super::page::serve(rsp),
@@ -395,12 +499,7 @@ fn batch<'a>(app: &'a App, name: Option<&str>, req: &Request<'_>, rsp: &mut Resp
     let explain = req.query_flag("explain");
     let traceparent = req.header("traceparent").map(<[u8]>::to_vec);
     rsp.stream(move |body, out| {
-        let options = pipeline::Options {
-            explain,
-            traceparent: traceparent.as_deref(),
-            degraded,
-            ..pipeline::Options::default()
-        };
+        let options = pipeline::Options { explain, traceparent: traceparent.as_deref(), degraded };
         decide_batch(app, &tables, name.as_deref(), inputs, body, &options, out);
     });
 }
@@ -1065,5 +1164,80 @@ fn rollback(app: &App, name: &str, rsp: &mut Response) {
             &format!("table \"{name}\" has no earlier good version kept in memory"),
         ),
         Err(RollbackError::Writer(e)) => admin::writer_failed(e, rsp),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::indexing_slicing, clippy::panic)]
+    use super::*;
+
+    /// A path of the row with each `{…}` filled in, as a client would send it.
+    fn example_path(row: &RouteRow) -> String {
+        row.path.replace("{table}", "t1").replace("{rule}", "r1").replace("{id}", "abc").replace("{path}", "x")
+    }
+
+    #[test]
+    fn every_row_path_routes_to_its_endpoint() {
+        for row in MAIN_ROUTES.iter().chain(ADMIN_ROUTES) {
+            let path = example_path(row);
+            assert_eq!(route(&path).kind(), Some(row.kind), "{} {}", row.method, row.path);
+            assert_eq!(route(&format!("/v1{path}")).kind(), Some(row.kind), "/v1{path}");
+        }
+    }
+
+    #[test]
+    fn admin_endpoints_are_only_on_the_admin_listener_and_behind_its_token() {
+        let admin_only = [
+            E::Reload,
+            E::Rollback,
+            E::RuleEnabled,
+            E::Snapshot,
+            E::Snapshots,
+            E::RouterStatus,
+            E::Failover,
+            E::FailoverClear,
+            E::Promote,
+            E::Page,
+            E::Activity,
+        ];
+        for kind in admin_only {
+            assert!(MAIN_ROUTES.iter().all(|row| row.kind != kind), "{kind:?} is on the main listener");
+            assert!(ADMIN_ROUTES.iter().any(|row| row.kind == kind), "{kind:?} is on no listener");
+        }
+        // all but the status page, which holds no data and asks for the token itself
+        assert!(ADMIN_ROUTES.iter().all(|row| row.token == Token::Admin || row.kind == E::Page));
+        assert!(MAIN_ROUTES.iter().all(|row| row.token != Token::Admin));
+        // what the main listener serves without the decision token: health and metrics only
+        let open: Vec<_> = MAIN_ROUTES.iter().filter(|row| row.token == Token::None).map(|row| row.kind).collect();
+        assert_eq!(open, [E::Health, E::Metrics]);
+    }
+
+    #[test]
+    fn decisions_are_only_on_the_main_listener() {
+        for kind in [E::Decide, E::Batch, E::Authz, E::Feedback] {
+            assert!(ADMIN_ROUTES.iter().all(|row| row.kind != kind), "{kind:?} is on the admin listener");
+            assert!(MAIN_ROUTES.iter().any(|row| row.kind == kind));
+        }
+    }
+
+    #[test]
+    fn each_endpoint_answers_one_method_on_every_listener() {
+        for table in [MAIN_ROUTES, ADMIN_ROUTES] {
+            for row in table {
+                for other in table.iter().filter(|o| o.kind == row.kind) {
+                    assert_eq!(row.method, other.method, "{:?}", row.kind);
+                }
+            }
+        }
+        let get = ADMIN_ROUTES.iter().find(|row| row.kind == E::Health).map(|row| row.allows("HEAD"));
+        assert_eq!(get, Some(true));
+    }
+
+    #[test]
+    fn unknown_paths_name_no_endpoint() {
+        for path in ["/decide/a/b/c", "/nope", "/tuning", "/router/failover/a/b"] {
+            assert_eq!(route(path).kind(), None, "{path}");
+        }
     }
 }

@@ -30,7 +30,7 @@ use percent_encoding::percent_decode_str;
 use super::id::{unix_ms, SnapshotId};
 use super::record::{skip_value, RawRecord};
 use crate::expr::json::write_json_string;
-use crate::table::write_timestamp;
+use crate::render::write_timestamp;
 
 /// How many snapshots a listing returns when the request names no `limit`.
 pub const DEFAULT_LIMIT: usize = 100;

@@ -40,7 +40,8 @@ use serde_json::value::RawValue;
 use super::config::{KeepClass, MAX_REDACT};
 use super::id::SnapshotId;
 use crate::expr::json::write_json_string;
-use crate::table::{write_timestamp, ArmName, Decision, Table};
+use crate::render::{self, write_timestamp, ArmName, LOCAL_INSTANCE};
+use crate::table::{Decision, Table};
 
 /// What replaces a redacted input field.
 pub const REDACTED: &str = "<redacted>";
@@ -85,8 +86,6 @@ pub struct Event<'a> {
     pub decision: &'a Decision,
     /// the input as received (the request body, or the input `/authz` built)
     pub input: &'a [u8],
-    /// who decided (`local`, or a peer's id)
-    pub instance: &'a str,
     /// when it was decided: the response's `timestamp` (the id's time comes from it too)
     pub timestamp: SystemTime,
     /// how long evaluating took, in nanoseconds
@@ -118,7 +117,6 @@ impl<'a> Event<'a> {
             decider: table,
             decision,
             input,
-            instance: "local",
             timestamp: SystemTime::now(),
             latency_ns: 0,
             disabled_rules: table.switched_off_ids(),
@@ -167,7 +165,6 @@ pub(crate) struct Scratch {
 /// input as [`write_redacted`] wrote it, when `redact` is on; `msg` is scratch space.
 pub(crate) fn encode(id: SnapshotId, ev: &Event<'_>, redacted: Option<&str>, msg: &mut String, out: &mut String) {
     let d = ev.decision;
-    let engine = &ev.table.engine;
     out.push_str("{\"id\":\"");
     out.push_str(&id.text());
     out.push_str("\",\"timestamp\":\"");
@@ -180,8 +177,9 @@ pub(crate) fn encode(id: SnapshotId, ev: &Event<'_>, redacted: Option<&str>, msg
     write_json_string(&ev.table.file_version, out);
     out.push_str(",\"kind\":\"");
     out.push_str(ev.table.kind.name()); // a fixed word: nothing to escape
-    out.push_str("\",\"instance\":");
-    write_json_string(ev.instance, out);
+    out.push_str("\",\"instance\":\"");
+    out.push_str(LOCAL_INSTANCE);
+    out.push('"');
     out.push_str(",\"input\":");
     match redacted {
         None => write_input(ev.input, out),
@@ -189,31 +187,13 @@ pub(crate) fn encode(id: SnapshotId, ev: &Event<'_>, redacted: Option<&str>, msg
     }
     out.push_str(",\"tried\":");
     write_u64(d.evaluated as u64, out);
-    out.push_str(",\"rule_id\":");
-    match d.rule {
-        Some(r) => out.push_str(engine.outcome_id_json(r)),
-        None => out.push_str("null"),
-    }
-    out.push_str(",\"matched\":");
-    out.push_str(if d.rule.is_some() { "true" } else { "false" });
-    out.push_str(",\"action\":");
-    out.push_str(ev.table.action_json(d));
+    out.push(',');
+    render::write_outcome(ev.table, d, out);
     out.push_str(",\"confidence\":");
     write_f64(ev.confidence, out);
-    out.push_str(",\"warnings\":[");
-    for (i, w) in d.warnings.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str("{\"rule_id\":");
-        out.push_str(engine.outcome_id_json(w.rule));
-        out.push_str(",\"message\":");
-        msg.clear();
-        let _ = write!(msg, "{}", w.problem);
-        write_json_string(msg, out);
-        out.push('}');
-    }
-    out.push_str("],\"degraded\":");
+    out.push_str(",\"warnings\":");
+    render::write_warnings(ev.table, d, msg, out);
+    out.push_str(",\"degraded\":");
     match d.degraded {
         Some(reason) => write_json_string(reason, out),
         None => out.push_str("null"),
@@ -226,10 +206,7 @@ pub(crate) fn encode(id: SnapshotId, ev: &Event<'_>, redacted: Option<&str>, msg
             out.push_str(",\"version\":");
             write_json_string(&s.table.version, out);
             out.push_str(",\"rule_id\":");
-            match s.decision.rule {
-                Some(r) => out.push_str(s.table.engine.outcome_id_json(r)),
-                None => out.push_str("null"),
-            }
+            render::write_rule_id(s.table, s.decision.rule, out);
             out.push_str(",\"action\":");
             out.push_str(s.table.action_json(s.decision));
             out.push_str(",\"agrees\":");

@@ -49,8 +49,10 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use crate::per_core::{random_u64, share_threshold};
+use crate::registry::overlay;
+use crate::render::ArmName;
 use crate::snapshot::SnapshotId;
-use crate::table::{overlay, ArmName, Table};
+use crate::table::Table;
 use bandit::{ArmStats, ChoiceTable, Posterior, RewardModel};
 pub use config::{RewardSetting, TuningConfig};
 use state::{ArmState, Counted, TableState};

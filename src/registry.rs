@@ -27,6 +27,7 @@
 //! switches and rollbacks. Each takes effect before the reload, which then builds on what is
 //! published when it ends, so it keeps them; reloads wait for the one under way.
 
+pub mod overlay;
 pub mod state;
 mod writer;
 
@@ -38,9 +39,9 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
-use super::flash::cfb;
-use super::{table_name, Limits, Table, TableKind};
 use crate::metrics::TableStats;
+use crate::table::flash::cfb;
+use crate::table::{table_name, Limits, Table, TableKind};
 pub use state::Pin;
 use writer::{Reply, Request};
 
@@ -253,7 +254,7 @@ pub struct Sources {
     pub extra: Option<PathBuf>,
     /// load-time caps
     pub limits: Limits,
-    /// where promoted parameter values are kept (see [`super::overlay`]): applied to every
+    /// where promoted parameter values are kept (see [`overlay`]): applied to every
     /// table loaded; `None`: the files' values serve
     pub overlays: Option<PathBuf>,
 }
@@ -462,7 +463,8 @@ impl Sources {
 /// hide that the other is not what it looks like. `clef test` and `clef check` pair files
 /// with it, as the server does.
 pub fn pick(name: &str, paths: &[PathBuf]) -> Result<(PathBuf, Vec<u8>), TableError> {
-    let read = |p: &Path| super::read_table_file(p).map_err(|e| format!("{}: cannot read the file: {e}", p.display()));
+    let read =
+        |p: &Path| crate::table::read_table_file(p).map_err(|e| format!("{}: cannot read the file: {e}", p.display()));
     let unreadable = |e| TableError::new(FailureKind::Unreadable, e);
     if let [one] = paths {
         return Ok((one.clone(), read(one).map_err(unreadable)?));

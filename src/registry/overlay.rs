@@ -24,10 +24,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::params::Tunable;
-use super::{Table, TableKind};
 use crate::expr::same_value;
 use crate::state_file;
+use crate::table::params::Tunable;
+use crate::table::{Table, TableKind};
 
 /// The largest overlay file read back.
 const MAX_OVERLAY_BYTES: u64 = 1 << 20;

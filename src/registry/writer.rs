@@ -649,17 +649,14 @@ impl Writer {
 /// `table` with the kill switches `ids` (itself when they are those it has), and the ids it has
 /// no rule for.
 fn with_switches(table: &Arc<Table>, ids: &BTreeSet<String>) -> (Arc<Table>, Vec<String>) {
-    if ids.is_empty() && table.switched_off.is_none() {
+    if ids.is_empty() && table.switched_off_ids().is_empty() {
         return (table.clone(), Vec::new());
     }
-    let (switched, missing) = match &*table.engine {
-        Engine::Rules(e) => e.switch_off(ids),
-        Engine::Flash(_) => (None, ids.iter().cloned().collect()),
-    };
-    if switched.as_ref() == table.switched_off.as_deref() {
+    let (switched, missing) = table.with_switched_off(ids);
+    if switched.switched_off_ids() == table.switched_off_ids() {
         return (table.clone(), missing);
     }
-    (Arc::new(Table { switched_off: switched.map(Arc::new), ..Table::clone(table) }), missing)
+    (Arc::new(switched), missing)
 }
 
 /// What the writer does next.
@@ -678,9 +675,9 @@ enum Event {
 /// a later pin) and the parameter values promoted for it applied.
 fn build(path: &Path, bytes: &[u8], sources: &Sources) -> Built {
     let mut table = Table::from_bytes(path, bytes, &sources.limits)?;
-    table.packed_source = pack(bytes);
+    table.keep_packed_source(pack(bytes));
     Ok(match &sources.overlays {
-        Some(folder) => crate::table::overlay::apply(table, folder),
+        Some(folder) => crate::registry::overlay::apply(table, folder),
         None => table,
     })
 }
@@ -762,6 +759,6 @@ fn pack(bytes: &[u8]) -> Option<Arc<[u8]>> {
 
 /// The bytes of a table's file, from what [`pack`] kept.
 fn unpack(table: &Table) -> Option<Vec<u8>> {
-    let packed = table.packed_source.as_deref()?;
+    let packed = table.packed_source()?;
     zstd::bulk::decompress(packed, crate::table::MAX_TABLE_BYTES as usize).ok()
 }
