@@ -329,12 +329,15 @@ fn shape(path: &str) -> String {
     anonymous.strip_suffix("/{}").filter(|p| *p == "/authz/{}").map(String::from).unwrap_or(anonymous)
 }
 
+/// Where an endpoint is served (listeners) and the tokens it takes (security scheme names).
+type Served<'a> = (BTreeSet<&'a str>, BTreeSet<&'a str>);
+
 #[test]
 fn every_route_is_described_and_nothing_else() {
     use clef::server::routes::{Token, ADMIN_ROUTES, MAIN_ROUTES};
     let spec = spec();
     // (METHOD, path) → listeners, and the tokens asked (security scheme names)
-    let mut routed: BTreeMap<(String, String), (BTreeSet<&str>, BTreeSet<&str>)> = BTreeMap::new();
+    let mut routed: BTreeMap<(String, String), Served<'_>> = BTreeMap::new();
     for (listener, rows) in [("decision", MAIN_ROUTES), ("admin", ADMIN_ROUTES)] {
         for row in rows {
             // any method: the description has the two a proxy uses, GET and POST
@@ -351,7 +354,7 @@ fn every_route_is_described_and_nothing_else() {
             }
         }
     }
-    let mut described: BTreeMap<(String, String), (BTreeSet<&str>, BTreeSet<&str>)> = BTreeMap::new();
+    let mut described: BTreeMap<(String, String), Served<'_>> = BTreeMap::new();
     let ops = operations(&spec);
     for ((method, path), op) in &ops {
         let listeners: BTreeSet<&str> = match op["x-clef-listener"].as_str() {

@@ -27,18 +27,8 @@ use serde_json::{json, Value as Json};
 // Chromium through the DevTools protocol
 
 fn chromium_path() -> Option<PathBuf> {
-    let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CLEF_REQUIRE_CHROMIUM").is_none(),
-            "CLEF_REQUIRE_CHROMIUM is set but chromium is not installed (apt-get install chromium)"
-        );
-        eprintln!("SKIPPED: chromium is not installed here (apt-get install chromium); .ci/run installs it");
-    }
-    found
+    let paths = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"];
+    required_tool(&paths, "CLEF_REQUIRE_CHROMIUM", "apt-get install chromium")
 }
 
 /// A headless Chromium, killed on drop.
@@ -358,10 +348,6 @@ fn the_page_shows_the_box_and_its_buttons_work() {
         "(() => { const d = document.querySelector('#recent details[data-snapshot]'); d.open = true; return d.innerText; })()",
     );
     assert!(first.as_str().unwrap().contains("input") && first.as_str().unwrap().contains("explanation"), "{first}");
-    // the filter narrows the list to one table
-    page.eval("(() => { const s = document.getElementById('f-table'); s.value = 'pricing'; s.dispatchEvent(new Event('change')); return true; })()");
-    page.until(10, "[...document.querySelectorAll('#recent details[data-snapshot]')].every(d => d.querySelector('summary').innerText.includes('pricing')) && document.querySelectorAll('#recent details[data-snapshot]').length > 0");
-
     let shot = page.call("Page.captureScreenshot", json!({"format": "png", "captureBeyondViewport": true}));
     let png = base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str().unwrap()).unwrap();
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "a screenshot");
@@ -369,6 +355,10 @@ fn the_page_shows_the_box_and_its_buttons_work() {
     if std::env::var_os("CLEF_UPDATE_SCREENSHOTS").is_some() {
         std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status-page.png"), &png).unwrap();
     }
+
+    // the filter narrows the list to one table
+    page.eval("(() => { const s = document.getElementById('f-table'); s.value = 'pricing'; s.dispatchEvent(new Event('change')); return true; })()");
+    page.until(10, "[...document.querySelectorAll('#recent details[data-snapshot]')].every(d => d.querySelector('summary').innerText.includes('pricing')) && document.querySelectorAll('#recent details[data-snapshot]').length > 0");
 
     // the kill switch from the page: button, confirmation, the admin API, the result shown
     page.eval(
