@@ -356,6 +356,19 @@ fn the_page_shows_the_box_and_its_buttons_work() {
         std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status-page.png"), &png).unwrap();
     }
 
+    // readable on a phone: nothing wider than its screen (the wide tables scroll in their box)
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": true}),
+    );
+    page.until(5, "window.innerWidth === 390");
+    let wide = page.eval("document.documentElement.scrollWidth");
+    assert!(wide.as_u64().unwrap() <= 390, "the page is {wide} px wide on a 390 px phone");
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": 1100, "height": 1400, "deviceScaleFactor": 1, "mobile": false}),
+    );
+
     // the filter narrows the list to one table
     page.eval("(() => { const s = document.getElementById('f-table'); s.value = 'pricing'; s.dispatchEvent(new Event('change')); return true; })()");
     page.until(10, "[...document.querySelectorAll('#recent details[data-snapshot]')].every(d => d.querySelector('summary').innerText.includes('pricing')) && document.querySelectorAll('#recent details[data-snapshot]').length > 0");
