@@ -340,6 +340,11 @@ fn the_page_shows_the_box_and_its_buttons_work() {
     page.until(5, "document.querySelector('#router tr[data-instance=\"peer-1\"]')");
     let peer = page.eval("document.querySelector('#router tr[data-instance=\"peer-1\"]').innerText");
     assert!(peer.as_str().unwrap().contains("healthy"), "{peer}");
+    // its score, the router's weight for it: a number once it is a candidate
+    page.until(
+        10,
+        "parseFloat(document.querySelector('#router tr[data-instance=\"peer-1\"]').cells[3].textContent) > 0",
+    );
     page.until(5, "document.querySelector('#tuning table[data-tuning=\"pay\"]')");
     let recent = page.eval("document.querySelectorAll('#recent details[data-snapshot]').length");
     assert!(recent.as_u64().unwrap() >= 10, "recent decisions shown: {recent}");

@@ -229,7 +229,7 @@
     if (!r || !r.enabled) { section.hidden = true; return; }
     section.hidden = false;
     var t = clear($("router"));
-    var cols = ["id", "addr", "state", "load", "inflight", "routed", "forwarded", "failed", "ejections", "probe_ms", "last_error"];
+    var cols = ["id", "addr", "state", "score", "load", "inflight", "routed", "forwarded", "failed", "ejections", "probe_ms", "last_error"];
     t.appendChild(el("tr", null, cols.map(function (c) { return el("th", { text: c }); })));
     r.instances.forEach(function (i) {
       t.appendChild(el("tr", { "data-instance": i.id }, cols.map(function (c) {
