@@ -199,6 +199,34 @@ impl TableStats {
     }
 }
 
+/// What a table's decisions came to so far ([`TableStats::outcome_counts`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutcomeCounts {
+    /// decisions per rule, by rule index
+    pub matched: Vec<u64>,
+    /// evaluation warnings per rule, by rule index
+    pub warnings: Vec<u64>,
+    /// decisions no rule matched (the default answered)
+    pub no_match: u64,
+    /// requests refused before evaluation (`invalid_input`)
+    pub invalid: u64,
+}
+
+impl TableStats {
+    /// The counters summed over the stripes, read with relaxed loads: no lock, nothing written,
+    /// so that the status page's figures (`GET /activity`) cost the decision path nothing.
+    pub fn outcome_counts(&self) -> OutcomeCounts {
+        let totals = self.totals();
+        let n = self.rule_ids.len();
+        OutcomeCounts {
+            matched: totals.get(FIXED..FIXED + n).unwrap_or_default().to_vec(),
+            warnings: totals.get(FIXED + n..FIXED + 2 * n).unwrap_or_default().to_vec(),
+            no_match: totals[NO_MATCH],
+            invalid: totals[INVALID],
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Server statistics
 

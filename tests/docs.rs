@@ -793,11 +793,20 @@ fn help(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 help")
 }
 
-/// The commands named in a help text's `Commands:` section (not `help`).
+/// The commands a help text lists (not `help`): under `Commands:`, or under each group heading
+/// of `clef --help` (`Serve:`, `Tables:` …: every heading before `Options:` but `Arguments:`).
 fn subcommands(text: &str) -> Vec<String> {
-    let Some(section) = text.split("Commands:").nth(1) else { return Vec::new() };
-    let section = section.split("\n\n").next().unwrap_or("");
-    section.lines().filter_map(|l| l.split_whitespace().next()).filter(|n| *n != "help").map(String::from).collect()
+    let body = text.split("\nOptions:").next().unwrap_or("");
+    let mut listing = false;
+    let mut out = Vec::new();
+    for line in body.lines() {
+        if !line.starts_with(' ') {
+            listing = line.ends_with(':') && line != "Arguments:";
+        } else if let Some(name) = line.split_whitespace().next().filter(|n| listing && *n != "help") {
+            out.push(name.to_string());
+        }
+    }
+    out
 }
 
 /// The commands of `clef --help`, and the flags of each (`-c`, `--config`; not `--help`). A
@@ -1187,6 +1196,10 @@ fn endpoints_and_response_fields_are_documented() {
     let listed = server.json(true, "GET", "/snapshots", "");
     assert!(listed["count"].as_u64().is_some_and(|n| n >= 1), "{listed}");
     record("GET", "/snapshots", listed);
+    // the decisions above (a match, a warning) are the status page's figures
+    let activity = server.json(true, "GET", "/activity", "");
+    assert!(activity["tables"].as_array().is_some_and(|t| !t.is_empty()), "{activity}");
+    record("GET", "/activity", activity);
     for name in ["t", "f", "broken"] {
         for admin in [false, true] {
             record("GET", "/tables/{name}", server.json(admin, "GET", &format!("/tables/{name}"), ""));

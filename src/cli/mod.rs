@@ -13,7 +13,9 @@ mod tune;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use clap::{Parser, Subcommand};
+use std::fmt::Write as _;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// clef: decisions in microseconds, explained.
 #[derive(Debug, Parser)]
@@ -130,8 +132,47 @@ enum Command {
         #[command(subcommand)]
         command: TuneCommand,
     },
+    /// Print a shell's completion script for clef (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// the shell
+        shell: clap_complete::Shell,
+    },
+    /// Print clef's man page (roff), or write a page per command into a folder.
+    Man {
+        /// write clef.1 and a page per command (clef-serve.1 …) into this folder
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Print the version.
     Version,
+}
+
+/// The groups of `clef --help`, as docs/cli.md groups the commands.
+const GROUPS: &[(&str, &[&str])] = &[
+    ("Serve", &["serve"]),
+    ("Tables", &["decide", "check", "test", "bench", "flash", "diff"]),
+    ("Recorded decisions and tuning", &["replay", "tune"]),
+    ("Shell", &["completions", "man", "version", "help"]),
+];
+
+/// clef's command line as clap describes it, with `clef --help` listing the commands in the
+/// groups of [`GROUPS`]: what the parser, the completions and the man page are made from.
+pub fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    cmd.build();
+    let width = cmd.get_subcommands().map(|s| s.get_name().len()).max().unwrap_or(0);
+    let mut list = String::new();
+    for (heading, names) in GROUPS {
+        let _ = writeln!(list, "{heading}:");
+        for sub in names.iter().filter_map(|n| cmd.find_subcommand(n)) {
+            let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+            let _ = writeln!(list, "  {:<width$}  {about}", sub.get_name());
+        }
+        list.push('\n');
+    }
+    let template =
+        format!("{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{list}Options:\n{{options}}{{after-help}}");
+    cmd.help_template(template)
 }
 
 #[derive(Debug, Subcommand)]
@@ -169,7 +210,8 @@ enum FlashCommand {
 
 /// Runs the command line; returns the exit code.
 pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
-    let cli = match Cli::try_parse_from(args) {
+    let parsed = command().try_get_matches_from(args).and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -205,9 +247,32 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
         Command::Tune { command: TuneCommand::Export { table, config, state_dir } } => {
             tune::export(&table, config.as_deref(), state_dir.as_deref())
         }
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "clef", &mut std::io::stdout());
+            0
+        }
+        Command::Man { dir } => man(dir.as_deref()),
         Command::Version => {
             println!("clef {}", env!("CARGO_PKG_VERSION"));
             0
+        }
+    }
+}
+
+/// `clef man`: clef(1) on stdout, or with a folder, a page per command written there.
+fn man(dir: Option<&Path>) -> i32 {
+    let written = match dir {
+        None => clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()),
+        Some(dir) => std::fs::create_dir_all(dir).and_then(|()| clap_mangen::generate_to(Cli::command(), dir)),
+    };
+    match written {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!(
+                "error: cannot write the man page{}: {e}",
+                dir.map(|d| format!(" into {}", d.display())).unwrap_or_default()
+            );
+            1
         }
     }
 }

@@ -269,6 +269,9 @@ pub struct Status {
     pub probes_failed: u64,
     /// the address probes and forwards use
     pub addr: Option<SocketAddr>,
+    /// its score as published, its weight when the router chooses (`freshness × (1 − load +
+    /// region bonus)`): `None` for `local` and for an instance that is not a candidate now
+    pub score: Option<f64>,
 }
 
 /// One published state of every instance: immutable, read by every worker.
@@ -338,6 +341,7 @@ impl InstanceTable {
                 && matches!(p.state, InstanceState::Healthy | InstanceState::Unhealthy)
                 && p.addr.is_some()
                 && freshness > 0.0;
+            let mut score = None;
             if let Some(health) = p.health.as_ref().filter(|_| !local) {
                 let member = Member {
                     instance: i as u32,
@@ -351,6 +355,7 @@ impl InstanceTable {
                         entry.push(member);
                     }
                 }
+                score = candidate.then(|| member.weight());
             }
             status.push(Status {
                 state: if local { InstanceState::Local } else { p.state },
@@ -366,6 +371,7 @@ impl InstanceTable {
                 probes_ok: p.probes_ok,
                 probes_failed: p.probes_failed,
                 addr: p.addr,
+                score,
             });
         }
         // Tables served by the same instances share their candidates; rings (which depend on

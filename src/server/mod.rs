@@ -7,10 +7,12 @@
 // into each line: indexes are worker stripes, which the per-worker arrays are sized for.
 #![allow(clippy::indexing_slicing)]
 
+pub mod activity;
 pub mod admin;
 pub mod buffer;
 pub mod conn;
 pub mod notify;
+pub mod page;
 pub mod recent;
 mod router_admin;
 pub mod routes;
@@ -61,6 +63,8 @@ pub struct App {
     pub stages: Stages,
     /// the Clef router (SPEC §7), when `router:` names instances
     pub router: Option<Arc<crate::router::Router>>,
+    /// samples of the tables' counters for `GET /activity` (the status page's figures)
+    pub activity: activity::Activity,
     draining: AtomicBool,
     /// set at the end of a drain: the listeners accept what is queued, then close
     closing: AtomicBool,
@@ -266,6 +270,7 @@ impl App {
             tuner => tuner.and_then(Result::ok),
         };
         let (registry, loaded_tables) = Registry::open_in(sources, Some(loaded.state_dir.clone()));
+        let activity = activity::Activity::new(&registry.snapshot());
         let app = App {
             registry,
             default_table: loaded.default_table.clone(),
@@ -277,6 +282,7 @@ impl App {
             stats: ServerStats::new(),
             stages: Stages::new(&cfg.model, recorder, tuner),
             router: cfg.router.enabled().then(|| crate::router::Router::new(&cfg.router)),
+            activity,
             draining: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             inflight: (0..STRIPES).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
@@ -679,6 +685,7 @@ fn spawn_sampler(app: Arc<App>, workers: usize) {
                 let load = ((busy - last) as f64 / (elapsed * workers.max(1) as f64)).clamp(0.0, 1.0);
                 last = busy;
                 app.load_bits.store(load.to_bits(), Ordering::Relaxed);
+                app.activity.tick(&app.registry.snapshot());
                 crate::memory::release(false);
             }
         })

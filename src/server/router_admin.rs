@@ -61,6 +61,11 @@ pub(super) fn status(app: &App, rsp: &mut Response) {
             None if status.state == crate::router::InstanceState::Local => write_json_float(app.load(), b),
             None => b.push_str("null"),
         }
+        b.push_str(",\"score\":");
+        match status.score {
+            Some(score) => write_json_float((score * 1000.0).round() / 1000.0, b),
+            None => b.push_str("null"),
+        }
         b.push_str(",\"inflight\":");
         match status.inflight {
             Some(n) => b.push_str(&n.to_string()),

@@ -60,6 +60,10 @@ enum Route<'p> {
     Tuning(Cow<'p, str>),
     /// store a tuned table's winning values (admin)
     Promote(Cow<'p, str>),
+    /// the status page (admin)
+    Page,
+    /// each table's decisions over the last minutes (admin)
+    Activity,
     NotFound,
 }
 
@@ -102,6 +106,10 @@ pub enum EndpointKind {
     Tuning,
     /// `POST /tuning/{table}/promote`
     Promote,
+    /// `GET /`: the status page
+    Page,
+    /// `GET /activity`
+    Activity,
 }
 
 /// Which token a route asks for.
@@ -160,7 +168,8 @@ pub const MAIN_ROUTES: &[RouteRow] = &[
 ];
 
 /// The admin listener (`admin.listen`, loopback by default): every change to what is served, the
-/// recorded decisions and the router's controls, all behind the admin token.
+/// recorded decisions and the router's controls, all behind the admin token but the status page
+/// (`GET /`), which holds no data.
 pub const ADMIN_ROUTES: &[RouteRow] = &[
     RouteRow::new(E::Health, "GET", "/health", Token::Admin),
     RouteRow::new(E::Metrics, "GET", "/metrics", Token::Admin),
@@ -176,6 +185,10 @@ pub const ADMIN_ROUTES: &[RouteRow] = &[
     RouteRow::new(E::FailoverClear, "DELETE", "/router/failover/{table}", Token::Admin),
     RouteRow::new(E::Tuning, "GET", "/tuning/{table}", Token::Admin),
     RouteRow::new(E::Promote, "POST", "/tuning/{table}/promote", Token::Admin),
+    // The page is the same bytes for everyone and holds no data: a browser cannot send a token
+    // with a plain visit, so the page asks for the token and sends it with every request it makes.
+    RouteRow::new(E::Page, "GET", "/", Token::None),
+    RouteRow::new(E::Activity, "GET", "/activity", Token::Admin),
 ];
 
 /// The route table of a listener.
@@ -208,6 +221,8 @@ impl Route<'_> {
             Route::Feedback => E::Feedback,
             Route::Tuning(_) => E::Tuning,
             Route::Promote(_) => E::Promote,
+            Route::Page => E::Page,
+            Route::Activity => E::Activity,
             Route::NotFound => return None,
         })
     }
@@ -244,6 +259,8 @@ fn route(path: &str) -> Route<'_> {
         }
     }
     match parts {
+        [Some(""), None, None] => Route::Page,
+        [Some("activity"), None, None] => Route::Activity,
         [Some("decide"), None, None] => Route::Decide(None),
         [Some("decide"), Some("batch"), None] => Route::Batch(None),
         [Some("decide"), Some(name), Some("batch")] => named(name, |n| Route::Batch(Some(n))),
@@ -366,6 +383,8 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
         Route::Feedback => super::tuning_routes::feedback(app, req.body, rsp),
         Route::Tuning(name) => super::tuning_routes::report(app, &name, rsp),
         Route::Promote(name) => super::tuning_routes::promote(app, &name, req.body, rsp),
+        Route::Page => super::page::serve(rsp),
+        Route::Activity => super::activity::report(app, rsp),
         Route::NotFound => {}
     }
 }
@@ -1180,12 +1199,15 @@ mod tests {
             E::Failover,
             E::FailoverClear,
             E::Promote,
+            E::Page,
+            E::Activity,
         ];
         for kind in admin_only {
             assert!(MAIN_ROUTES.iter().all(|row| row.kind != kind), "{kind:?} is on the main listener");
             assert!(ADMIN_ROUTES.iter().any(|row| row.kind == kind), "{kind:?} is on no listener");
         }
-        assert!(ADMIN_ROUTES.iter().all(|row| row.token == Token::Admin));
+        // all but the status page, which holds no data and asks for the token itself
+        assert!(ADMIN_ROUTES.iter().all(|row| row.token == Token::Admin || row.kind == E::Page));
         assert!(MAIN_ROUTES.iter().all(|row| row.token != Token::Admin));
         // what the main listener serves without the decision token: health and metrics only
         let open: Vec<_> = MAIN_ROUTES.iter().filter(|row| row.token == Token::None).map(|row| row.kind).collect();
@@ -1215,7 +1237,7 @@ mod tests {
 
     #[test]
     fn unknown_paths_name_no_endpoint() {
-        for path in ["/", "/decide/a/b/c", "/nope", "/tuning", "/router/failover/a/b"] {
+        for path in ["/decide/a/b/c", "/nope", "/tuning", "/router/failover/a/b"] {
             assert_eq!(route(path).kind(), None, "{path}");
         }
     }

@@ -66,6 +66,18 @@ pub fn write(dir: &Path, rel: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
     p
 }
 
+/// The first of `paths` that is a file. When none is, the test is skipped (`None`, said on
+/// stderr) unless the environment variable `require` is set: then it fails. `install` says how
+/// to get the tool.
+pub fn required_tool(paths: &[&str], require: &str, install: &str) -> Option<PathBuf> {
+    let found = paths.iter().map(PathBuf::from).find(|p| p.is_file());
+    if found.is_none() {
+        assert!(std::env::var_os(require).is_none(), "{require} is set but none of {paths:?} is installed ({install})");
+        eprintln!("SKIPPED: none of {paths:?} is installed here ({install}); .ci/run installs it");
+    }
+    found
+}
+
 // ---------------------------------------------------------------------------------------------
 // helpers: the server process
 
