@@ -149,7 +149,11 @@ pub struct Decided<'t> {
     pub table: &'t Arc<Table>,
     /// its decision, or why the input got none (the response then is the error)
     pub result: Result<Decision, InputError>,
-    /// how long evaluating took (parsing included), in nanoseconds
+    /// the decision's latency, the one every decision endpoint counts
+    /// (`clef_decision_duration_seconds`): from the pipeline's start to the answer rendered —
+    /// canary choice, tuning draw, parsing, evaluating, the shadow table, recording the
+    /// snapshot and writing the answer — in nanoseconds. Not reading the request, routing, or
+    /// sending the answer.
     pub latency_ns: u64,
     /// the snapshot id the answer carries, when snapshots are on
     pub snapshot: Option<SnapshotId>,
@@ -166,6 +170,7 @@ pub fn decide_staged<'t>(
     options: &Options<'_>,
     out: &mut String,
 ) -> Decided<'t> {
+    let pipeline_started = Instant::now();
     let asked = table;
     let (entry, table) = stages.canary_for(tables, &table.name, body).unwrap_or((entry, table));
     // tuning: a share of the table's decisions is made by a variant of it (SPEC §9); a tuned
@@ -183,11 +188,14 @@ pub fn decide_staged<'t>(
     let decider: &Table = drawn.as_ref().map_or(&**table, |d| d.table(table));
     let started = Instant::now();
     let mut result = decider.decide(body, options.explain);
-    let latency_ns = started.elapsed().as_nanos() as u64;
+    // what the snapshot records (SPEC §8.1 `latency_ns`): parsing and evaluating by the table
+    // that decided
+    let evaluation_ns = started.elapsed().as_nanos() as u64;
     if let (Ok(decision), Some(reason)) = (&mut result, options.degraded) {
         decision.degraded = Some(reason);
     }
     let Ok(decision) = &result else {
+        let latency_ns = pipeline_started.elapsed().as_nanos() as u64;
         return Decided { entry, table, result, latency_ns, snapshot: None };
     };
     let shadow = stages.shadow_for(tables, table, decision, body);
@@ -205,7 +213,7 @@ pub fn decide_staged<'t>(
         event.pinned = entry.pin.is_some();
         event.canary_for = (!Arc::ptr_eq(table, asked)).then_some(asked.name.as_str());
         event.timestamp = timestamp;
-        event.latency_ns = latency_ns;
+        event.latency_ns = evaluation_ns;
         event.traceparent = options.traceparent;
         event.shadow = shadow.as_ref().map(|(t, d, agrees)| Shadow { table: t, decision: d, agrees: *agrees });
         recorded = recorder.record_as(id, &event) == crate::snapshot::Status::Recorded;
@@ -217,6 +225,7 @@ pub fn decide_staged<'t>(
         variant: drawn.as_ref().map(|d| d.arm_name()),
     };
     render::write_decision(table, decision, &meta, out);
+    let latency_ns = pipeline_started.elapsed().as_nanos() as u64;
     Decided { entry, table, result, latency_ns, snapshot }
 }
 

@@ -88,13 +88,6 @@ pub struct InFlight<'a> {
     started: Instant,
 }
 
-impl InFlight<'_> {
-    /// Nanoseconds since the request was counted in.
-    pub fn elapsed_ns(&self) -> u64 {
-        self.started.elapsed().as_nanos() as u64
-    }
-}
-
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.app.inflight[self.stripe].fetch_sub(1, Ordering::Relaxed);

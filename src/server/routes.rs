@@ -431,10 +431,9 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
         Err(refusal) => return refuse(&refusal, rsp),
     };
     let options = pipeline::Options { degraded, ..decision_options(req) };
-    let inflight = app.enter();
+    let _inflight = app.enter(); // counted in flight until answered
     let decided = pipeline::decide_staged(&app.stages, &tables, resolved, req.body, &options, &mut rsp.body);
-    // Taken after the body is rendered: the histogram times parse, evaluate and render.
-    count(&decided, inflight.elapsed_ns());
+    count(&decided);
     if let Err(e) = &decided.result {
         rsp.body.clear();
         rsp.error(e.status(), e.code(), &e.to_string());
@@ -451,7 +450,10 @@ fn decision_options<'r>(req: &'r Request<'_>) -> pipeline::Options<'r> {
 }
 
 /// Counts a decision in its table's figures.
-fn count(decided: &pipeline::Decided<'_>, latency_ns: u64) {
+/// Counts a decision in its table's statistics, with the pipeline's latency
+/// ([`pipeline::Decided::latency_ns`]: the one definition of every decision endpoint).
+fn count(decided: &pipeline::Decided<'_>) {
+    let latency_ns = decided.latency_ns;
     match &decided.result {
         Ok(decision) => {
             let warned: Vec<usize> = decision.warnings.iter().map(|w| w.rule).collect();
@@ -536,7 +538,7 @@ fn decide_batch(
         while lines.len() < BATCH_GROUP_BYTES {
             let Some((line, bytes)) = inputs.next(body) else { break };
             let decided = pipeline::decide_staged(&app.stages, tables, resolved, bytes, options, &mut lines);
-            count(&decided, decided.latency_ns);
+            count(&decided);
             if let Err(e) = &decided.result {
                 render::write_line_error(e.code(), &e.to_string(), line, &mut lines);
             }
@@ -572,9 +574,9 @@ fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Respon
         Err(refusal) => return refuse(&refusal, rsp),
     };
     let options = pipeline::Options { degraded, ..decision_options(req) };
-    let inflight = app.enter();
+    let _inflight = app.enter(); // counted in flight until answered
     let decided = pipeline::decide_staged(&app.stages, &tables, resolved, input.as_bytes(), &options, &mut rsp.body);
-    count(&decided, inflight.elapsed_ns());
+    count(&decided);
     match &decided.result {
         Ok(decision) => {
             let table = decided.table;
