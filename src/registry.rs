@@ -37,7 +37,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
-use sha2::{Digest, Sha256};
 
 use crate::metrics::TableStats;
 use crate::table::flash::cfb;
@@ -477,7 +476,7 @@ pub fn pick(name: &str, paths: &[PathBuf]) -> Result<(PathBuf, Vec<u8>), TableEr
     let source_bytes = read(source).map_err(unreadable)?;
     let bytes = read(compiled).map_err(unreadable)?;
     let why = match cfb::recorded_source(&bytes) {
-        Some(recorded) if recorded == <[u8; 32]>::from(Sha256::digest(&source_bytes)) => {
+        Some(recorded) if recorded == crate::table::file_digest(&source_bytes) => {
             return Ok((compiled.clone(), bytes));
         }
         Some(recorded) if recorded != [0; 32] => {

@@ -9,7 +9,8 @@ use std::process::{Command, Output};
 
 use clef::diagnostic::Diagnostic;
 use clef::registry::{Outcome, Registry, Sources};
-use clef::table::flash::{cfb, hex, source, FlashTable};
+use clef::table::digest_hex as hex;
+use clef::table::flash::{cfb, source, FlashTable};
 use clef::table::{Limits, Table, TableKind};
 use serde_json::{json, Value as Json};
 use sha2::{Digest, Sha256};

@@ -6,9 +6,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
-use crate::table::flash::{cfb, hex, source, FlashTable};
+use crate::table::digest_hex as hex;
+use crate::table::flash::{cfb, source, FlashTable};
 use crate::table::{table_name, MAX_TABLE_BYTES};
 
 /// Compiles a `.flash.json` into a `.cfb`; exit 1 on any problem (as `clef check`).
@@ -97,7 +96,7 @@ pub fn describe(path: &Path, bytes: &[u8], table: &FlashTable) -> String {
     let _ = writeln!(o, "checksum:    SHA-256 {} (verified)", hex(checksum));
     let source = path.with_file_name(format!("{}.flash.json", table_name(path)));
     let beside = match std::fs::read(&source) {
-        Ok(s) if Sha256::digest(&s).as_slice() == spec.source_sha256 => format!(" = {} (served)", source.display()),
+        Ok(s) if crate::table::file_digest(&s) == spec.source_sha256 => format!(" = {} (served)", source.display()),
         Ok(_) => format!(" ≠ {} now: the two files are a load error until this is compiled again", source.display()),
         Err(_) => String::new(),
     };

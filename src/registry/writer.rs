@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 use crossbeam::channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::state::{sha256_hex, Pin, State, Store};
+use super::state::{Pin, State, Store};
 use super::{
     pick, Entry, FailureKind, Outcome, Reloaded, RollbackError, RolledBack, Sources, SwitchError, Switched, TableError,
     Tables, KEPT_VERSIONS, MISSING_GRACE,
@@ -116,6 +116,8 @@ struct Plan {
 struct FileRead {
     path: PathBuf,
     bytes: Vec<u8>,
+    /// the file's SHA-256, computed once per read and handed to the build
+    digest: [u8; 32],
     sha256: String,
     version: String,
 }
@@ -444,7 +446,7 @@ impl Writer {
             }
         };
         let failed_before = entry.error.as_ref().is_some_and(|e| e.failed(&read));
-        let FileRead { path, bytes, sha256: digest, version } = read;
+        let FileRead { path, bytes, digest: file_digest, sha256: digest, version } = read;
         entry.file_sha256 = Some(digest.clone());
         if let Some(pin) = self.state.pins.get(name).cloned() {
             if pin.file_sha256 == digest {
@@ -491,7 +493,7 @@ impl Writer {
             let error = entry.error.as_ref().map(|e| e.full.clone()).unwrap_or_default();
             return (entry, Outcome::Failed { error, serving, again: true });
         }
-        match built.unwrap_or_else(|| build(&path, &bytes, &self.sources)) {
+        match built.unwrap_or_else(|| build(&path, &bytes, file_digest, &self.sources)) {
             Ok(table) => {
                 if let Some(old) = entry.current.take() {
                     entry.previous.push(old);
@@ -526,7 +528,8 @@ impl Writer {
         }
         let store = self.store.as_ref().ok_or("its source was kept in memory only")?;
         let bytes = store.read_pin_source(pin)?;
-        build(&pin.path, &bytes, &self.sources).map(Arc::new).map_err(|e| e.summary())
+        let digest = crate::table::file_digest(&bytes);
+        build(&pin.path, &bytes, digest, &self.sources).map(Arc::new).map_err(|e| e.summary())
     }
 
     // -----------------------------------------------------------------------------------------
@@ -673,8 +676,8 @@ enum Event {
 
 /// Builds a table from its file's bytes as the registry serves it: with its source packed (for
 /// a later pin) and the parameter values promoted for it applied.
-fn build(path: &Path, bytes: &[u8], sources: &Sources) -> Built {
-    let mut table = Table::from_bytes(path, bytes, &sources.limits)?;
+fn build(path: &Path, bytes: &[u8], digest: [u8; 32], sources: &Sources) -> Built {
+    let mut table = Table::from_digested_bytes(path, bytes, digest, &sources.limits)?;
     table.keep_packed_source(pack(bytes));
     Ok(match &sources.overlays {
         Some(folder) => crate::registry::overlay::apply(table, folder),
@@ -694,15 +697,17 @@ fn plan_reload(sources: &Sources, published: &Tables, pins: &BTreeMap<String, Pi
     let mut built = BTreeMap::new();
     for (name, paths) in &files {
         let file = pick(name, paths).map(|(path, bytes)| {
-            let sha256 = sha256_hex(&bytes);
+            let digest = crate::table::file_digest(&bytes);
+            let sha256 = crate::table::digest_hex(&digest);
             // the version is the start of the same digest (see `version_of`)
             let version = sha256.get(..12).unwrap_or(&sha256).to_string();
-            FileRead { path, bytes, sha256, version }
+            FileRead { path, bytes, digest, sha256, version }
         });
         if let Ok(file) = &file {
             let force = forced.as_deref() == Some(name.as_str());
             if needs_build(pins.get(name), published.get(name), file, force) {
-                let table = std::panic::catch_unwind(AssertUnwindSafe(|| build(&file.path, &file.bytes, sources)));
+                let table =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| build(&file.path, &file.bytes, file.digest, sources)));
                 let table = table.unwrap_or_else(|_| {
                     log::error!("table {name}: compiling {} failed (a bug in clef)", file.path.display());
                     let why = "the table could not be compiled (a bug in clef; the log says more)".to_string();

@@ -356,9 +356,21 @@ pub fn table_name(path: &Path) -> String {
     file.split('.').next().filter(|s| !s.is_empty()).unwrap_or(file).to_string()
 }
 
+/// The SHA-256 of a table file's bytes: the one hash of a file that its version, the
+/// registry's "has it changed" and a flash table's record of its source are all made of.
+/// Whoever reads a file hashes it once and hands the digest on ([`Table::from_digested_bytes`]).
+pub fn file_digest(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// A digest in hex, every byte (64 characters for a SHA-256).
+pub fn digest_hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The version of a table file: the first 12 hex characters of its SHA-256.
 pub fn version_of(bytes: &[u8]) -> String {
-    short_hex(&Sha256::digest(bytes).into())
+    short_hex(&file_digest(bytes))
 }
 
 /// The first 12 hex characters of a digest.
@@ -401,6 +413,17 @@ impl Table {
 
     /// Loads a table from its bytes; `path` names it and locates diagnostics.
     pub fn from_bytes(path: &Path, bytes: &[u8], limits: &Limits) -> Result<Table, LoadError> {
+        Table::from_digested_bytes(path, bytes, file_digest(bytes), limits)
+    }
+
+    /// [`Table::from_bytes`] for a caller that has hashed the file already (`file_digest`:
+    /// [`file_digest`] of `bytes`), so that a load hashes the file once.
+    pub fn from_digested_bytes(
+        path: &Path,
+        bytes: &[u8],
+        file_digest: [u8; 32],
+        limits: &Limits,
+    ) -> Result<Table, LoadError> {
         let started = Instant::now();
         let shown = path.display().to_string();
         if table_name(path) == "batch" {
@@ -430,12 +453,11 @@ impl Table {
                 let (rules, meta) = ruleset::load(&shown, source, limits)?;
                 (Engine::Rules(rules), meta)
             }
-            TableKind::Flash | TableKind::FlashCompiled => flash::load(&shown, kind, source, bytes)?,
+            TableKind::Flash | TableKind::FlashCompiled => flash::load(&shown, kind, source, bytes, file_digest)?,
         };
         let name = table_name(path);
         let mut name_json = String::new();
         write_json_string(&name, &mut name_json);
-        let file_digest: [u8; 32] = Sha256::digest(bytes).into();
         let version = short_hex(&file_digest);
         let params_json = params_json_of(meta.params.as_ref());
         Ok(Table {

@@ -34,7 +34,6 @@ pub mod source;
 use std::fmt::Write as _;
 
 use rustc_hash::FxHashMap;
-use sha2::{Digest, Sha256};
 
 use super::rules::{Decision, TraceEntry};
 use super::{Engine, LoadError, TableKind, TableMeta};
@@ -59,16 +58,21 @@ const LINEAR_CATEGORIES: usize = 8;
 /// Ranges up to this many are found by counting the bounds at or below the value.
 const LINEAR_RANGES: usize = 16;
 
-/// Loads a flash table: a `.flash.json` file's text (`bytes`: the whole file, whose SHA-256 the
-/// table records), or a `.cfb` file's bytes.
-pub(crate) fn load(path: &str, kind: TableKind, text: &str, bytes: &[u8]) -> Result<(Engine, TableMeta), LoadError> {
+/// Loads a flash table: a `.flash.json` file's text (`bytes`: the whole file, whose SHA-256
+/// `file_digest` the table records), or a `.cfb` file's bytes.
+pub(crate) fn load(
+    path: &str,
+    kind: TableKind,
+    text: &str,
+    bytes: &[u8],
+    file_digest: [u8; 32],
+) -> Result<(Engine, TableMeta), LoadError> {
     if kind == TableKind::FlashCompiled {
         let table = cfb::read(bytes).map_err(|e| LoadError::single(path, e.to_string()))?;
         let meta = TableMeta { description: table.spec().description.clone(), ..TableMeta::default() };
         return Ok((Engine::Flash(table), meta));
     }
-    let sha = Sha256::digest(bytes).into();
-    let (table, meta) = source::load(path, text, sha).map_err(LoadError::from)?;
+    let (table, meta) = source::load(path, text, file_digest).map_err(LoadError::from)?;
     Ok((Engine::Flash(table), meta))
 }
 
@@ -511,7 +515,7 @@ impl FlashTable {
             out,
             "],\"cell_count\":{},\"source_sha256\":\"{}\"",
             self.cell_count(),
-            hex(&self.spec.source_sha256)
+            crate::table::digest_hex(&self.spec.source_sha256)
         );
     }
 }
@@ -523,11 +527,6 @@ fn json_bound(x: f64) -> String {
     } else {
         "null".into()
     }
-}
-
-/// Lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What a dimension needs to be looked up, as an error for a `.cfb` that breaks it.

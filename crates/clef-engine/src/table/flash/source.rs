@@ -8,7 +8,6 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
-use sha2::{Digest, Sha256};
 
 use super::{
     cfb, field_problem, name_problem, value_problem, DimensionSpec, FlashSpec, FlashTable, RangeSpec, MAX_CELLS,
@@ -40,7 +39,7 @@ pub fn compile(path: &str, bytes: &[u8]) -> Result<FlashTable, Vec<Diagnostic>> 
             format!("the file is not UTF-8 (invalid byte at offset {})", e.valid_up_to()),
         )]
     })?;
-    load(path, source, Sha256::digest(bytes).into()).map(|(t, _)| t)
+    load(path, source, crate::table::file_digest(bytes)).map(|(t, _)| t)
 }
 
 /// Reads a flash table's source text; `source_sha256` is the SHA-256 of the file's bytes.
