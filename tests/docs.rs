@@ -486,7 +486,7 @@ fn example_expressions_give_what_the_docs_say() {
 
 #[test]
 fn table_rule_param_and_test_keys_are_documented() {
-    use clef::cli::tests::{EXPECT_KEYS, TEST_KEYS};
+    use clef::cli::test::{EXPECT_KEYS, TEST_KEYS};
     use clef::table::flash::source::{DIMENSION_KEYS, FLASH_KEYS, RANGE_KEYS};
     use clef::table::jev::{PARAM_KEYS, RULE_KEYS, TABLE_KEYS};
     let doc = "docs/tables.md";
@@ -533,7 +533,7 @@ fn schema_types_are_documented() {
 
 #[test]
 fn example_files_load_and_their_tests_pass() {
-    use clef::cli::tests::{load_tests, run_test};
+    use clef::cli::test::{load_tests, run_test};
     use clef::table::{Limits, Table, TableKind};
     let mut files = 0;
     for rel in doc_files() {

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::tests::{self, tests_file_for};
+use super::test::{self, tests_file_for};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::table::{table_name, Limits, Table};
 
@@ -62,7 +62,7 @@ pub fn run(paths: &[PathBuf]) -> i32 {
             eprintln!("{}", d.warning());
         }
         // Tests written inside the table file are part of it.
-        let inline = match table.tests.is_some().then(|| tests::load_tests_in_table(&table)) {
+        let inline = match table.tests.is_some().then(|| test::load_tests_in_table(&table)) {
             Some(Err(problems)) => {
                 problems.iter().for_each(|d| eprintln!("{d}"));
                 tally.count(false);
@@ -136,7 +136,7 @@ impl Tally {
 /// A `NAME.tests.json`, read by the loader `clef test` uses.
 fn check_tests_file(path: &Path, table: Option<&Table>) -> bool {
     let shown = path.display().to_string();
-    match tests::load_tests_file(path, table) {
+    match test::load_tests_file(path, table) {
         Ok(list) => {
             let against = table.map(|t| format!(" for table \"{}\"", t.name)).unwrap_or_default();
             println!("{shown}: ok ({} tests{against})", list.len());

@@ -7,7 +7,7 @@ mod diff;
 mod flash;
 mod replay;
 mod serve;
-pub mod tests;
+pub mod test;
 mod tune;
 
 use std::ffi::OsString;
@@ -223,7 +223,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
         Command::Serve { config, port, host } => serve::run(config.as_deref(), port, host),
         Command::Decide { table, input, explain } => decide::run(&table, input.as_deref(), explain),
         Command::Check { paths } => check::run(&paths),
-        Command::Test { paths, coverage } => tests::run(&paths, coverage),
+        Command::Test { paths, coverage } => test::run(&paths, coverage),
         Command::Bench { table, input, n, json, explain } => bench::run(&table, &input, n, json, explain),
         Command::Flash { command: FlashCommand::Compile { source, output } } => {
             flash::compile(&source, output.as_deref())
