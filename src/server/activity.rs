@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::http::Response;
+use crate::http1::Response;
 use super::App;
 use crate::expr::json::{write_json_float, write_json_string};
 use crate::metrics::{OutcomeCounts, TableStats};

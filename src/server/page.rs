@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use super::http::Response;
+use crate::http1::Response;
 
 const HTML: &str = include_str!("page/index.html");
 const STYLE: &str = include_str!("page/style.css");
