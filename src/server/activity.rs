@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::http1::Response;
 use super::App;
 use crate::expr::json::{write_json_float, write_json_string};
+use crate::http1::Response;
 use crate::metrics::{OutcomeCounts, TableStats};
 use crate::registry::Tables;
 
