@@ -139,11 +139,16 @@ impl PatternGroup {
         let literals = if literals.is_empty() {
             None
         } else {
-            // a DFA without a prefilter: one table lookup per byte, however many literals occur
+            // a DFA without a prefilter: one table lookup per byte, however many literals occur;
+            // past a few thousand literals its table no longer fits in the caches and every
+            // byte misses (a 20,000-pattern table: ms per decision), so the compact contiguous
+            // NFA takes over there
+            let kind =
+                if literals.len() <= MAX_DFA_LITERALS { AhoCorasickKind::DFA } else { AhoCorasickKind::ContiguousNFA };
             AhoCorasick::builder()
                 .ascii_case_insensitive(true)
                 .match_kind(MatchKind::Standard)
-                .kind(Some(AhoCorasickKind::DFA))
+                .kind(Some(kind))
                 .prefilter(false)
                 .build(&literals)
                 .ok()
@@ -336,6 +341,9 @@ const MIN_PART_LITERAL: usize = 3;
 
 /// At most this many required sets stand for one pattern (a bit each in a byte).
 const MAX_SETS: usize = 4;
+
+/// Past this many literals the literal pass is a contiguous NFA rather than a DFA.
+const MAX_DFA_LITERALS: usize = 2_000;
 
 /// Literals shorter than this (in bytes) do not prefilter a regex.
 const MIN_LITERAL: usize = 2;
