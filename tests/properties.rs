@@ -433,6 +433,11 @@ fn message_test() -> impl Strategy<Value = String> {
         "\"^$\"",
         "\"(?i)k\"",
         "\"x y$\"",
+        // several required sets (each part's literal must occur), ASCII case folded
+        "\"\\\\bfree\\\\b.{0,12}\\\\bgold\\\\b\"",
+        "\"(?i)\\\\b(casino|bitcoin|jackpot)\\\\b\"",
+        "\"(?i)fr[e3]{2}\\\\s*c[o0]ins\"",
+        "\"(?i)see\\\\s+(?:\\\\w+\\\\s+){0,2}now\"",
     ]);
     let needle = prop::sample::select(vec!["\"hello\"", "\"元\"", "\"gold\"", "\"x y\"", "\"casino\"", "\"\""]);
     prop_oneof![
@@ -487,6 +492,11 @@ fn message_input() -> impl Strategy<Value = String> {
         "x y",
         "",
         "SHOUT",
+        "Jackpot",
+        "free the gold",
+        "fr33 C0ins",
+        "ſee it now",
+        "gold free",
     ]);
     prop_oneof![
         4 => (prop::collection::vec(text, 0..4), -1i64..4).prop_map(|(parts, n)| {

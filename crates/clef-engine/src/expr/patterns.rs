@@ -8,8 +8,12 @@
 //!
 //! So when a table loads, each pattern's *required literals* are extracted (regex-syntax's
 //! literal extractor, on the whole pattern and on each part of a concatenation, keeping the
-//! longest): a set of strings one of which every match contains. All of them go into one
-//! Aho-Corasick automaton, case-folded for ASCII (which only adds candidates). Per decision,
+//! longest): a set of strings one of which every match contains, and for a concatenation up
+//! to three more sets, one a part, each of which must occur too (`\bconfig\b.{0,20}\bnft\b`
+//! needs `config` and `nft`: a post full of the one does not run it). Classes of ASCII
+//! letters are folded first, so `(?i)casino` requires `casino` rather than the short
+//! prefixes that 64 case spellings shrink to. All of them go into one
+//! Aho-Corasick automaton that ignores ASCII case (the folded extraction relies on it). Per decision,
 //! one pass over the subject finds which literals occur; a pattern none of whose literals
 //! occurred is false without running it; the others run on their own regex, each only when a
 //! rule asks. Patterns without a usable literal keep the regex path: together in one
@@ -20,7 +24,7 @@ use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use memchr::memmem::Finder;
 use regex::{Regex, RegexSet, RegexSetBuilder};
 use regex_syntax::hir::literal::{ExtractKind, Extractor, Seq};
-use regex_syntax::hir::{Hir, HirKind};
+use regex_syntax::hir::{Capture, Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
 
 /// A test of the subject that a group answers.
 #[derive(Debug)]
@@ -46,8 +50,10 @@ pub struct PatternGroup {
     patterns: Vec<Pattern>,
     /// every required literal, ASCII lower-cased
     literals: Option<AhoCorasick>,
-    /// for each literal: the patterns that require it
-    owners: Vec<Vec<u32>>,
+    /// for each literal: the patterns that require it, with which of their sets it is in
+    owners: Vec<Vec<(u32, u8)>>,
+    /// by pattern: the mask of its required sets when all of them must occur (0 for one set)
+    all_sets: Vec<u8>,
     /// the patterns without literals that can run together
     rest: Option<RegexSet>,
 }
@@ -60,6 +66,8 @@ pub(crate) struct GroupState {
     known: Vec<u64>,
     held: Vec<u64>,
     rest: Option<regex::SetMatches>,
+    /// by pattern with several required sets: which of them occurred (allocated when needed)
+    sets_seen: Vec<u8>,
 }
 
 fn bit(bits: &[u64], i: usize) -> bool {
@@ -76,21 +84,21 @@ impl PatternGroup {
     /// The group of `tests`, in order (a test's index is its position).
     pub(crate) fn new(tests: Vec<PatternTest>) -> PatternGroup {
         let mut literals: Vec<Vec<u8>> = Vec::new();
-        let mut owners: Vec<Vec<u32>> = Vec::new();
+        let mut owners: Vec<Vec<(u32, u8)>> = Vec::new();
+        let mut all_sets = Vec::with_capacity(tests.len());
         let mut patterns = Vec::with_capacity(tests.len());
         let mut rest_patterns: Vec<&str> = Vec::new();
         for (i, test) in tests.into_iter().enumerate() {
             let required = match &test {
-                PatternTest::Substring(f) if !f.needle().is_empty() => Some(vec![f.needle().to_vec()]),
+                PatternTest::Substring(f) if !f.needle().is_empty() => Some(vec![vec![f.needle().to_vec()]]),
                 PatternTest::Substring(_) => None,
-                // a one-byte literal (`+`, `!`, `v`) is in most texts: such a pattern runs with
-                // those that have none
-                PatternTest::Regex(re) => {
-                    required_literals(re.as_str()).filter(|lits| lits.iter().all(|l| l.len() >= MIN_LITERAL))
-                }
+                PatternTest::Regex(re) => required_sets(re.as_str()),
             };
             let prefiltered = required.is_some();
-            for lit in required.into_iter().flatten() {
+            let sets = required.unwrap_or_default();
+            all_sets.push(if sets.len() > 1 { u8::MAX >> (8 - sets.len()) } else { 0 });
+            for (g, lit) in sets.into_iter().enumerate().flat_map(|(g, set)| set.into_iter().map(move |l| (g, l))) {
+                let owner = (i as u32, g as u8);
                 let lit = lit.to_ascii_lowercase();
                 let at = match literals.iter().position(|l| *l == lit) {
                     Some(at) => at,
@@ -100,8 +108,8 @@ impl PatternGroup {
                         literals.len() - 1
                     }
                 };
-                if let Some(owned) = owners.get_mut(at).filter(|o| o.last() != Some(&(i as u32))) {
-                    owned.push(i as u32);
+                if let Some(owned) = owners.get_mut(at).filter(|o| o.last() != Some(&owner)) {
+                    owned.push(owner);
                 }
             }
             patterns.push(Pattern { test, prefiltered, in_rest: None });
@@ -131,11 +139,16 @@ impl PatternGroup {
         let literals = if literals.is_empty() {
             None
         } else {
-            // a DFA without a prefilter: one table lookup per byte, however many literals occur
+            // a DFA without a prefilter: one table lookup per byte, however many literals occur;
+            // past a few thousand literals its table no longer fits in the caches and every
+            // byte misses (a 20,000-pattern table: ms per decision), so the compact contiguous
+            // NFA takes over there
+            let kind =
+                if literals.len() <= MAX_DFA_LITERALS { AhoCorasickKind::DFA } else { AhoCorasickKind::ContiguousNFA };
             AhoCorasick::builder()
                 .ascii_case_insensitive(true)
                 .match_kind(MatchKind::Standard)
-                .kind(Some(AhoCorasickKind::DFA))
+                .kind(Some(kind))
                 .prefilter(false)
                 .build(&literals)
                 .ok()
@@ -144,7 +157,7 @@ impl PatternGroup {
             // without the automaton, every pattern runs
             patterns.iter_mut().for_each(|p| p.prefiltered = false);
         }
-        PatternGroup { patterns, literals, owners, rest }
+        PatternGroup { patterns, literals, owners, all_sets, rest }
     }
 
     /// How many tests the group answers.
@@ -161,7 +174,13 @@ impl PatternGroup {
     /// A fresh state for one decision.
     pub(crate) fn state(&self) -> GroupState {
         let words = self.patterns.len().div_ceil(64);
-        GroupState { candidates: vec![0; words], known: vec![0; words], held: vec![0; words], rest: None }
+        GroupState {
+            candidates: vec![0; words],
+            known: vec![0; words],
+            held: vec![0; words],
+            rest: None,
+            sets_seen: Vec::new(),
+        }
     }
 
     /// One pass over `subject`: which patterns' literals occur.
@@ -174,8 +193,22 @@ impl PatternGroup {
                 continue;
             }
             set(&mut seen, l);
-            for &p in self.owners.get(l).map(Vec::as_slice).unwrap_or_default() {
-                set(&mut state.candidates, p as usize);
+            for &(p, g) in self.owners.get(l).map(Vec::as_slice).unwrap_or_default() {
+                let all = self.all_sets.get(p as usize).copied().unwrap_or(0);
+                if all == 0 {
+                    set(&mut state.candidates, p as usize);
+                    continue;
+                }
+                // a candidate once every one of its sets has occurred
+                if state.sets_seen.is_empty() {
+                    state.sets_seen = vec![0; self.patterns.len()];
+                }
+                if let Some(seen) = state.sets_seen.get_mut(p as usize) {
+                    *seen |= 1 << g;
+                    if *seen == all {
+                        set(&mut state.candidates, p as usize);
+                    }
+                }
             }
         }
     }
@@ -213,11 +246,104 @@ fn unicode_word_boundary(pattern: &str) -> bool {
 }
 
 /// Strings one of which occurs in every match of `pattern`, or `None` when there is no
-/// usable set (an empty literal, too many, or none at all).
-pub(crate) fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
+/// usable set (an empty literal, too many, or none at all): the first of
+/// [`required_sets`] before short literals are dropped, which the tests read.
+#[cfg(test)]
+fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
     let hir = regex_syntax::Parser::new().parse(pattern).ok()?;
-    required(&hir, 0)
+    required(&fold_ascii(&hir, 0), 0)
 }
+
+/// `hir` with every all-ASCII class replaced by its ASCII-lower-cased members (a literal when
+/// one is left).
+///
+/// The automaton ignores ASCII case, so `(?i)casino` needs only `casino`; extracted as parsed,
+/// each letter is a class `[cC]` and the word 64 spellings, more than the extractor keeps, so
+/// it falls back to short prefixes (`cas`) that occur in most texts and the regex runs on
+/// every decision. A class with non-ASCII members (`(?i)k` holds the Kelvin sign) is kept, so
+/// that those spellings stay in the set.
+fn fold_ascii(hir: &Hir, depth: usize) -> Hir {
+    if depth > 32 {
+        return hir.clone();
+    }
+    match hir.kind() {
+        HirKind::Class(Class::Unicode(c)) if c.ranges().iter().all(|r| r.end().is_ascii()) => {
+            let mut lower: Vec<u8> =
+                c.ranges().iter().flat_map(|r| r.start()..=r.end()).map(|ch| ch.to_ascii_lowercase() as u8).collect();
+            lower.sort_unstable();
+            lower.dedup();
+            ascii_class(&lower)
+        }
+        HirKind::Class(Class::Bytes(c)) if c.ranges().iter().all(|r| r.end().is_ascii()) => {
+            let mut lower: Vec<u8> =
+                c.ranges().iter().flat_map(|r| r.start()..=r.end()).map(|b| b.to_ascii_lowercase()).collect();
+            lower.sort_unstable();
+            lower.dedup();
+            ascii_class(&lower)
+        }
+        HirKind::Concat(subs) => Hir::concat(subs.iter().map(|s| fold_ascii(s, depth + 1)).collect()),
+        HirKind::Alternation(subs) => Hir::alternation(subs.iter().map(|s| fold_ascii(s, depth + 1)).collect()),
+        HirKind::Capture(c) => {
+            Hir::capture(Capture { index: c.index, name: c.name.clone(), sub: Box::new(fold_ascii(&c.sub, depth + 1)) })
+        }
+        HirKind::Repetition(r) => Hir::repetition(Repetition {
+            min: r.min,
+            max: r.max,
+            greedy: r.greedy,
+            sub: Box::new(fold_ascii(&r.sub, depth + 1)),
+        }),
+        _ => hir.clone(),
+    }
+}
+
+/// The class of these ASCII bytes (sorted, distinct), or the literal when there is one.
+fn ascii_class(bytes: &[u8]) -> Hir {
+    match bytes {
+        [one] => Hir::literal(vec![*one]),
+        _ => Hir::class(Class::Unicode(ClassUnicode::new(
+            bytes.iter().map(|&b| ClassUnicodeRange::new(char::from(b), char::from(b))),
+        ))),
+    }
+}
+
+/// Sets of strings such that every match of `pattern` contains one string of each set, at
+/// most [`MAX_SETS`] of them; `None` when there is no usable set.
+///
+/// The first set is the best single one (prefixes, suffixes and parts compared). When the pattern is a concatenation, each of
+/// its parts with a set of its own adds one: `\bconfig\b.{0,20}\bnft\b` needs `config` *and*
+/// `nft`, so a text with only the common word `config` rules it out without running it.
+/// A one-byte literal (`+`, `!`, `v`) is in most texts: a set holding one does not count.
+pub(crate) fn required_sets(pattern: &str) -> Option<Vec<Vec<Vec<u8>>>> {
+    let hir = fold_ascii(&regex_syntax::Parser::new().parse(pattern).ok()?, 0);
+    let long = |lits: &Vec<Vec<u8>>| lits.iter().all(|l| l.len() >= MIN_LITERAL);
+    let mut sets: Vec<Vec<Vec<u8>>> = required(&hir, 0).filter(long).into_iter().collect();
+    // a part's set only adds to the automaton's work when its strings are short and common
+    // (`ee` in `f[r4]ee`): it must be longer to count
+    let selective = |lits: &Vec<Vec<u8>>| lits.iter().all(|l| l.len() >= MIN_PART_LITERAL);
+    let mut top = &hir;
+    while let HirKind::Capture(c) = top.kind() {
+        top = &c.sub;
+    }
+    if let HirKind::Concat(subs) = top.kind() {
+        for part in subs.iter().filter_map(|s| required(s, 1)).filter(selective) {
+            // a set that holds one already kept is implied by it
+            if !sets.iter().any(|kept| kept.iter().all(|l| part.contains(l)) || part.iter().all(|l| kept.contains(l))) {
+                sets.push(part);
+            }
+        }
+    }
+    sets.truncate(MAX_SETS);
+    (!sets.is_empty()).then_some(sets)
+}
+
+/// Literals shorter than this (in bytes) do not make a part's set required beside the first.
+const MIN_PART_LITERAL: usize = 3;
+
+/// At most this many required sets stand for one pattern (a bit each in a byte).
+const MAX_SETS: usize = 4;
+
+/// Past this many literals the literal pass is a contiguous NFA rather than a DFA.
+const MAX_DFA_LITERALS: usize = 2_000;
 
 /// Literals shorter than this (in bytes) do not prefilter a regex.
 const MIN_LITERAL: usize = 2;
@@ -313,6 +439,23 @@ mod tests {
         assert_eq!(lits("\\p{Han}{40,}"), None);
         assert_eq!(lits("a|"), None);
         assert_eq!(lits("(?i)k"), Some(vec!["k".into(), "\u{212a}".into()]));
+        // ASCII case is the automaton's: one spelling a word (plus its `ſ` and Kelvin-sign
+        // spellings), whatever the alternation's size
+        assert_eq!(
+            lits("(?i)\\b(casino|bonus42|jackpot|lottery|payday)\\b"),
+            Some(
+                ["bonus42", "bonuſ42", "casino", "caſino", "jackpot", "jac\u{212a}pot", "lottery", "payday"]
+                    .map(String::from)
+                    .to_vec()
+            )
+        );
+        let sets = required_sets("\\bconfig\\b.{0,20}\\bnft\\b").unwrap();
+        assert_eq!(sets, vec![vec![b"config".to_vec()], vec![b"nft".to_vec()]]);
+        assert_eq!(required_sets("[a-z]+b").map(|s| s.len()), None);
+        assert_eq!(
+            lits("(?i)c[a4@]sh"),
+            Some(["c4sh", "c4ſh", "c@sh", "c@ſh", "cash", "caſh"].map(String::from).to_vec())
+        );
     }
 
     /// Answers equal to running each regex, on texts where literals occur without a match.
@@ -328,6 +471,11 @@ mod tests {
             "\\bgo\\b",
             "(?i)ſ",
             "^$",
+            "(?i)\\b(casino|bonus)\\b",
+            "(?i)kelvins?",
+            "(?i)c[a4@]sh\\s*app",
+            "\\bconfig\\b.{0,20}\\bnft\\b",
+            "(?i)(the)\\s+(?:\\w+\\s+){0,2}pump[!?.]{2,}",
         ];
         let needles = ["元", "go", ""];
         let mut tests: Vec<PatternTest> = patterns.iter().map(|p| PatternTest::Regex(Regex::new(p).unwrap())).collect();
@@ -344,6 +492,14 @@ mod tests {
             "go, gopher",
             "ſ",
             "S",
+            "Visit CaSiNo now",
+            "\u{212a}ELVIN",
+            "C@SH App, casinos",
+            "the config only",
+            "nft, then config nft",
+            "config: an nft",
+            "The big PUMP!! the pump",
+            "the pump!?",
         ] {
             let mut state = group.state();
             group.scan(text, &mut state);
