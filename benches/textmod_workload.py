@@ -25,6 +25,9 @@ import json
 import os
 import re
 
+# the random source and JSON quoting are the other generator's, so both draw alike
+from moderation_workload import lcg, q
+
 WORDS = (
     "the and for with you this that from have will your about more when what there their which "
     "would time just like people some them could other into than then look only come over think "
@@ -81,17 +84,6 @@ INPUT = {
 
 SUBJECTS = [("content", MESSAGE), ("lower(content)", MESSAGE.lower()), ("title", INPUT["title"]),
             ("user.bio", INPUT["user"]["bio"])]
-
-
-def lcg(seed):
-    state = seed & 0xFFFFFFFFFFFFFFFF
-    while True:
-        state = (state * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
-        yield state >> 33
-
-
-def q(s):
-    return json.dumps(s, ensure_ascii=False)
 
 
 def python_pattern(p):
