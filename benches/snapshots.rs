@@ -116,13 +116,13 @@ fn replay(c: &mut Criterion) {
         }
     }
     rec.shutdown();
-    let options = clef::snapshot::replay::Options { table: table_path, ..Default::default() };
+    let options = clef::replay::Options { table: table_path, ..Default::default() };
     let mut group = c.benchmark_group("replay");
     group.sample_size(10);
     group.throughput(criterion::Throughput::Elements(n));
     group.bench_function("risk_200k_zstd", |b| {
         b.iter(|| {
-            let report = clef::snapshot::replay::run(std::slice::from_ref(&dir), &options).expect("replay");
+            let report = clef::replay::run(std::slice::from_ref(&dir), &options).expect("replay");
             assert_eq!(report.table.correct, n);
             report
         })

@@ -52,26 +52,6 @@ pub enum Refusal {
     Input(InputError),
 }
 
-impl Refusal {
-    /// The HTTP status (SPEC §6).
-    pub fn status(&self) -> u16 {
-        match self {
-            Refusal::NoDefaultTable | Refusal::UnknownTable { .. } => 404,
-            Refusal::Unavailable { .. } => 503,
-            Refusal::Input(e) => e.status(),
-        }
-    }
-
-    /// The API error code (SPEC §6).
-    pub fn code(&self) -> &'static str {
-        match self {
-            Refusal::NoDefaultTable | Refusal::UnknownTable { .. } => "unknown_table",
-            Refusal::Unavailable { .. } => "table_unavailable",
-            Refusal::Input(e) => e.code(),
-        }
-    }
-}
-
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

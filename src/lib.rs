@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod per_core;
 pub mod registry;
 pub mod render;
+pub mod replay;
 pub mod router;
 pub mod server;
 pub mod snapshot;

@@ -578,122 +578,21 @@ fn rust_sources(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
     }
 }
 
-/// Every `(status, code)` the server can answer, read from the source: each
-/// `rsp.error(STATUS, "code", …)`, and for `rsp.error(STATUS, e.code(), …)` every code an
-/// `fn code(&self) -> &'static str` returns.
+/// Every `(status, code)` the server can answer: `ErrorCode`'s table, each code of which some
+/// code in src/ answers with (`ErrorCode::Name` outside its own definition).
 fn error_codes_in_source() -> BTreeSet<(u16, String)> {
-    let literal = regex::Regex::new(r#"\.error\(\s*(\d{3})\s*,\s*"([a-z_]+)""#).expect("regex");
-    let dynamic = regex::Regex::new(r#"\.error\(\s*(\d{3})\s*,\s*[a-z_]+\.code\(\)"#).expect("regex");
-    // `rsp.error(e.status(), e.code(), …)`: the status and the code both come from the error
-    let paired = regex::Regex::new(r#"\.error\(\s*[a-z_]+\.status\(\)\s*,\s*[a-z_]+\.code\(\)"#).expect("regex");
-    let any_call = regex::Regex::new(r#"\.error\(\s*[^)\s]"#).expect("regex");
-    let code_fn = regex::Regex::new(r#"fn code\(&self\) -> &'static str \{"#).expect("regex");
-    let quoted = regex::Regex::new(r#""([a-z_]+)""#).expect("regex");
+    use clef::server::errors::ErrorCode;
     let mut sources = Vec::new();
     rust_sources(&Path::new(ROOT).join("src"), &mut sources);
-    rust_sources(&Path::new(ROOT).join("crates/clef-engine/src"), &mut sources);
-    let mut out = BTreeSet::new();
-    let mut dynamic_statuses = BTreeSet::new();
-    let mut dynamic_codes = BTreeSet::new();
-    let mut paired_files = Vec::new();
-    for (path, text) in &sources {
-        let mut recognised = 0;
-        for c in literal.captures_iter(text) {
-            out.insert((c[1].parse().expect("a status"), c[2].to_string()));
-            recognised += 1;
-        }
-        for c in dynamic.captures_iter(text) {
-            dynamic_statuses.insert(c[1].parse::<u16>().expect("a status"));
-            recognised += 1;
-        }
-        let paired_calls = paired.find_iter(text).count();
-        if paired_calls > 0 {
-            recognised += paired_calls;
-            paired_files.push(path.clone());
-        }
-        let calls = any_call.find_iter(text).count();
-        assert_eq!(
-            calls,
-            recognised,
-            "{}: an error response this test cannot read; write rsp.error(STATUS, \"code\", …) or \
-             rsp.error(STATUS, e.code(), …), or teach tests/docs.rs the new form",
-            path.display()
-        );
-        for m in code_fn.find_iter(text) {
-            let mut depth = 0;
-            let mut end = text.len();
-            for (i, ch) in text[m.end() - 1..].char_indices() {
-                match ch {
-                    '{' => depth += 1,
-                    '}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            end = m.end() - 1 + i;
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            dynamic_codes.extend(quoted.captures_iter(&text[m.end()..end]).map(|c| c[1].to_string()));
-        }
-    }
-    assert!(
-        dynamic_statuses.len() <= 1,
-        "error codes from `.code()` are answered with several statuses {dynamic_statuses:?}; teach tests/docs.rs which is which"
-    );
-    if let Some(status) = dynamic_statuses.first() {
+    for code in ErrorCode::ALL {
+        let name = format!("ErrorCode::{code:?}");
         assert!(
-            !dynamic_codes.is_empty(),
-            "no `fn code(&self) -> &'static str` found for rsp.error({status}, e.code(), …)"
+            sources.iter().any(|(_, text)| text.contains(&name)),
+            "{name} ({}) is in the table but nothing answers with it",
+            code.as_str()
         );
-        out.extend(dynamic_codes.into_iter().map(|c| (*status, c)));
     }
-    if !paired_files.is_empty() {
-        out.extend(codes_with_statuses(&sources));
-    }
-    assert!(out.len() >= 10, "the error codes were not found in src/: {out:?}");
-    out
-}
-
-/// The codes and statuses of errors that carry both (`fn code` and `fn status` of one type),
-/// paired by the variant names their match arms share.
-fn codes_with_statuses(sources: &[(PathBuf, String)]) -> BTreeSet<(u16, String)> {
-    // every body of `signature` in `text`, in order (a file may hold several error types)
-    let bodies = |text: &str, signature: &str| -> Vec<String> {
-        text.match_indices(signature)
-            .filter_map(|(at, _)| {
-                let start = at + signature.len();
-                let end = start + text[start..].find("\n    }\n")?;
-                Some(text[start..end].to_string())
-            })
-            .collect()
-    };
-    let code_arm = regex::Regex::new(r#"(\w+)::(\w+)\s*(?:\{[^}]*\}|\([^)]*\))?\s*=>\s*"([a-z_]+)""#).expect("regex");
-    let status_arm =
-        regex::Regex::new(r#"((?:\w+::\w+\s*(?:\{[^}]*\}|\([^)]*\))?\s*\|?\s*)+)=>\s*(\d{3})"#).expect("regex");
-    let variant = regex::Regex::new(r#"\w+::(\w+)"#).expect("regex");
-    let mut out = BTreeSet::new();
-    for (path, text) in sources {
-        let pairs =
-            bodies(text, "fn code(&self) -> &'static str {").into_iter().zip(bodies(text, "fn status(&self) -> u16 {"));
-        for (codes, statuses) in pairs {
-            let mut status_of = std::collections::BTreeMap::new();
-            for arm in status_arm.captures_iter(&statuses) {
-                for v in variant.captures_iter(&arm[1]) {
-                    status_of.insert(v[1].to_string(), arm[2].parse::<u16>().expect("a status"));
-                }
-            }
-            for arm in code_arm.captures_iter(&codes) {
-                let status = status_of
-                    .get(&arm[2])
-                    .unwrap_or_else(|| panic!("{}: `fn status` has no arm for {}", path.display(), &arm[2]));
-                out.insert((*status, arm[3].to_string()));
-            }
-        }
-    }
-    assert!(!out.is_empty(), "rsp.error(e.status(), e.code(), …) is used but no `fn code`/`fn status` pair was found");
-    out
+    ErrorCode::ALL.iter().map(|c| (c.status(), c.as_str().to_string())).collect()
 }
 
 #[test]

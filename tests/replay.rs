@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use clef::render::ArmName;
-use clef::snapshot::replay::{self, Options};
+use clef::replay::{self, Options};
 use clef::snapshot::{Compress, Event, Recorder, SnapshotsConfig, Status};
 use clef::table::{Limits, Table};
 use serde_json::Value as Json;

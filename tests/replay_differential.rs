@@ -20,10 +20,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clef::replay::{self, Options};
 use clef::server::conn::Socket;
 use clef::server::routes::Listener;
 use clef::server::App;
-use clef::snapshot::replay::{self, Options};
 use clef::snapshot::SnapshotReader;
 use clef::table::{Engine, Limits, Table};
 use proptest::prelude::*;

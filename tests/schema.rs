@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use clef::input::InputError;
+use clef::server::errors::ApiError as _;
 use clef::table::{Limits, Table};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
@@ -49,8 +50,8 @@ fn a_mistyped_field_fails_closed() {
     let t = gate();
     let e = decide(&t, &json!({"burst_10s": "lots"})).expect_err("a string where a number is declared");
     assert_eq!(e, mismatch("burst_10s", "number", "string"));
-    assert_eq!(e.code(), "schema_mismatch");
-    assert_eq!(e.status(), 422);
+    assert_eq!(e.error_code().as_str(), "schema_mismatch");
+    assert_eq!(e.error_code().status(), 422);
     assert_eq!(e.to_string(), r#"field "burst_10s" must be a number (schema), got a string"#);
 
     assert_eq!(decide(&t, &json!({"burst_10s": 500})), Ok(Some("deny_burst".into())));
@@ -179,9 +180,9 @@ fn a_table_without_schema_checks_nothing() {
 fn statuses_of_input_errors() {
     let t = gate();
     let invalid = t.decide(b"{", false).unwrap_err();
-    assert_eq!((invalid.code(), invalid.status()), ("invalid_json", 400));
+    assert_eq!((invalid.error_code().as_str(), invalid.error_code().status()), ("invalid_json", 400));
     let not_object = t.decide(b"[]", false).unwrap_err();
-    assert_eq!((not_object.code(), not_object.status()), ("not_an_object", 400));
+    assert_eq!((not_object.error_code().as_str(), not_object.error_code().status()), ("not_an_object", 400));
 }
 
 // ---------------------------------------------------------------------------

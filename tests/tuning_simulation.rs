@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use clef::server::errors::ApiError as _;
 use clef::snapshot::{next_id, SnapshotId};
 use clef::table::{Limits, Table};
 use clef::tuning::{Tuner, TuningConfig};
@@ -155,15 +156,15 @@ fn feedback_is_validated_and_counted_once() {
     assert_eq!((again["counted"].clone(), again["duplicate"].clone()), (Json::Bool(false), Json::Bool(true)));
     let untagged = next_id();
     let e = send(format!(r#"{{"snapshot_id": "{untagged}", "reward": 1}}"#)).unwrap_err();
-    assert_eq!((e.status(), e.code()), (404, "unknown_snapshot"));
+    assert_eq!((e.error_code().status(), e.error_code().as_str()), (404, "unknown_snapshot"));
     let e = send(r#"{"snapshot_id": "nope", "reward": 1}"#.into()).unwrap_err();
-    assert_eq!((e.status(), e.code()), (400, "invalid_snapshot_id"));
+    assert_eq!((e.error_code().status(), e.error_code().as_str()), (400, "invalid_snapshot_id"));
     let e = send(format!(r#"{{"snapshot_id": "{id}", "reward": "good"}}"#)).unwrap_err();
-    assert_eq!((e.status(), e.code()), (400, "invalid_reward"));
+    assert_eq!((e.error_code().status(), e.error_code().as_str()), (400, "invalid_reward"));
     let e = send(format!(r#"{{"snapshot_id": "{id}"}}"#)).unwrap_err();
-    assert_eq!((e.status(), e.code()), (400, "invalid_body"));
+    assert_eq!((e.error_code().status(), e.error_code().as_str()), (400, "invalid_body"));
     let e = send("not json".into()).unwrap_err();
-    assert_eq!((e.status(), e.code()), (400, "invalid_json"));
+    assert_eq!((e.error_code().status(), e.error_code().as_str()), (400, "invalid_json"));
     assert!(e.to_string().contains("at byte 1"), "{e}");
     // an id older than feedback_ttl_s
     let now_ms = clef::snapshot::id::unix_ms(std::time::SystemTime::now());
@@ -171,7 +172,7 @@ fn feedback_is_validated_and_counted_once() {
     let old = clef::snapshot::SnapshotId::from_u128((old_ms << 80) | (0x7 << 76) | (0b10 << 62) | (12_345 << 32));
     let old = tagged(&tuner, &served, old);
     let e = send(format!(r#"{{"snapshot_id": "{old}", "reward": 0}}"#)).unwrap_err();
-    assert_eq!((e.status(), e.code()), (404, "unknown_snapshot"));
+    assert_eq!((e.error_code().status(), e.error_code().as_str()), (404, "unknown_snapshot"));
     assert!(e.to_string().contains("older"), "{e}");
 }
 
@@ -208,5 +209,5 @@ fn rewards_survive_a_restart_and_reset_when_the_rules_change() {
     tuner.tick(|n: &str| (n == "pay").then(|| changed.clone()), &mut SmallRng::seed_from_u64(3));
     assert_eq!(samples(&tuner), 0);
     let e = tuner.feedback(format!(r#"{{"snapshot_id": "{id}", "reward": 1}}"#).as_bytes()).unwrap_err();
-    assert_eq!(e.code(), "unknown_snapshot");
+    assert_eq!(e.error_code().as_str(), "unknown_snapshot");
 }

@@ -3,6 +3,7 @@
 //! Each decision is timed on its own (input parsing included) after a
 //! warm-up; the cost of reading the clock is measured and subtracted.
 
+use crate::server::errors::ApiError as _;
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Instant;
@@ -25,7 +26,7 @@ pub fn run(table_path: &Path, input_path: &Path, n: usize, json: bool, explain: 
         }
     };
     if let Err(e) = table.decide(&body, explain) {
-        eprintln!("error: {}: {}: {e}", e.code(), input_path.display());
+        eprintln!("error: {}: {}: {e}", e.error_code().as_str(), input_path.display());
         return 2;
     }
     let n = n.max(1);

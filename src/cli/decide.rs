@@ -1,6 +1,7 @@
 //! `clef decide TABLE [INPUT|-] [--explain]`
 
 use crate::decide as pipeline;
+use crate::server::errors::ApiError as _;
 use crate::table::{Limits, Table};
 use std::io::Read;
 use std::path::Path;
@@ -29,7 +30,7 @@ pub fn run(table_path: &Path, input: Option<&Path>, explain: bool) -> i32 {
         }
         Err(e) => {
             let from = input.map(|p| p.display().to_string()).unwrap_or_else(|| "stdin".into());
-            eprintln!("error: {}: {from}: {e}", e.code());
+            eprintln!("error: {}: {from}: {e}", e.error_code().as_str());
             2
         }
     }

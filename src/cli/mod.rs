@@ -239,8 +239,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
             }
             // 0: what the recorded decisions cost
             let cost_budget_us = cost_budget_us.unwrap_or(0.0);
-            let options =
-                crate::snapshot::replay::Options { table, against, any_table, sla_us, cost_budget_us, examples };
+            let options = crate::replay::Options { table, against, any_table, sla_us, cost_budget_us, examples };
             replay::run(&snapshots, &options, json)
         }
         Command::Diff { old, new, json } => diff::run(&old, &new, json),

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::snapshot::replay::{self, Options};
+use crate::replay::{self, Options};
 
 /// Exit codes: 0 with a report, 1 when no snapshot of the table was found, 2 when the table or
 /// the snapshots cannot be read.

@@ -4,6 +4,7 @@
 // the table's own id list.
 #![allow(clippy::indexing_slicing)]
 
+use crate::server::errors::ApiError as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -326,7 +327,7 @@ pub fn run(paths: &[PathBuf], coverage: bool) -> i32 {
                 table_failed += 1;
                 println!("FAIL {}: {} ({})", table.name, test.name, test.source);
                 if let Some(e) = &outcome.error {
-                    println!("  error: {}: {e}", e.code());
+                    println!("  error: {}: {e}", e.error_code().as_str());
                 }
                 for (key, expected, actual) in &outcome.diffs {
                     println!("  - {key}: {expected}");

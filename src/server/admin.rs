@@ -3,6 +3,7 @@
 //! say about pins and switches. Each handler asks the registry's writer thread and waits for
 //! its answer without holding up the worker (see `registry`).
 
+use crate::server::errors::{ErrorAnswer as _, ErrorCode};
 use std::fmt::Write as _;
 
 use super::App;
@@ -18,9 +19,8 @@ pub fn rule_enabled(app: &App, name: &str, rule: &str, body: &[u8], rsp: &mut Re
         Ok("true") => true,
         Ok("false") => false,
         _ => {
-            return rsp.error(
-                400,
-                "invalid_body",
+            return rsp.fail(
+                ErrorCode::InvalidBody,
                 &format!(
                     "the body must be true or false (JSON), to switch rule \"{rule}\" on or off; got {}",
                     shown(body)
@@ -44,24 +44,15 @@ pub fn rule_enabled(app: &App, name: &str, rule: &str, body: &[u8], rsp: &mut Re
             write_persisted(app, switched.persist_error.as_deref(), b);
             b.push('}');
         }
-        Err(SwitchError::UnknownTable) => rsp.error(404, "unknown_table", &format!("no table named \"{name}\"")),
+        Err(SwitchError::UnknownTable) => rsp.fail(ErrorCode::UnknownTable, &format!("no table named \"{name}\"")),
         Err(SwitchError::UnknownRule) => {
-            rsp.error(404, "unknown_rule", &format!("table \"{name}\" has no rule \"{rule}\" (GET /tables/{name} lists them)"))
+            rsp.fail(ErrorCode::UnknownRule, &format!("table \"{name}\" has no rule \"{rule}\" (GET /tables/{name} lists them)"))
         }
-        Err(SwitchError::Unavailable) => rsp.error(
-            503,
-            "table_unavailable",
-            &format!("table \"{name}\" has never loaded, so its rules are not known; fix its file first (GET /health says why)"),
+        Err(SwitchError::Unavailable) => rsp.fail(ErrorCode::TableUnavailable, &format!("table \"{name}\" has never loaded, so its rules are not known; fix its file first (GET /health says why)"),
         ),
-        Err(SwitchError::NoRules) => rsp.error(
-            409,
-            "no_rules",
-            &format!("table \"{name}\" is a flash table: it has cells, not rules, so there is nothing to switch off"),
+        Err(SwitchError::NoRules) => rsp.fail(ErrorCode::NoRules, &format!("table \"{name}\" is a flash table: it has cells, not rules, so there is nothing to switch off"),
         ),
-        Err(SwitchError::DisabledInFile) => rsp.error(
-            409,
-            "disabled_in_file",
-            &format!(
+        Err(SwitchError::DisabledInFile) => rsp.fail(ErrorCode::DisabledInFile, &format!(
                 "rule \"{rule}\" of table \"{name}\" is disabled in the table file (\"enabled\": false); a kill switch only \
                  switches off what the file enables: edit the file to enable it"
             ),
@@ -73,8 +64,8 @@ pub fn rule_enabled(app: &App, name: &str, rule: &str, body: &[u8], rsp: &mut Re
 /// The answer when the registry's writer could not handle a change.
 pub fn writer_failed(e: WriterError, rsp: &mut Response) {
     match e {
-        WriterError::Busy => rsp.error(503, "registry_busy", &e.to_string()),
-        WriterError::Failed => rsp.error(500, "internal_error", &e.to_string()),
+        WriterError::Busy => rsp.fail(ErrorCode::RegistryBusy, &e.to_string()),
+        WriterError::Failed => rsp.fail(ErrorCode::InternalError, &e.to_string()),
     }
 }
 

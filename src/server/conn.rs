@@ -48,6 +48,7 @@
 // length just before.
 #![allow(clippy::indexing_slicing)]
 
+use crate::server::errors::{ErrorAnswer as _, ErrorCode};
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::ops::Range;
@@ -451,7 +452,7 @@ impl Conn<'_, '_> {
     fn timed_out<S: Socket, O: ConnObserver>(&mut self, stream: &mut S, observer: &O) {
         observer.timed_out();
         self.give_up(stream, observer, |rsp| {
-            rsp.error(408, "request_timeout", "the request did not arrive in time; the connection is closed");
+            rsp.fail(ErrorCode::RequestTimeout, "the request did not arrive in time; the connection is closed");
         });
     }
 
@@ -534,22 +535,22 @@ fn step<'h, H: Fn(&Request<'_>, &mut Response<'h>)>(
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             if pending.len() > limits.max_header_bytes {
-                rsp.error(431, "headers_too_large", &too_large_headers(limits));
+                rsp.fail(ErrorCode::HeadersTooLarge, &too_large_headers(limits));
                 return Err(());
             }
             return Ok(Step::NeedMore { total: None, continue_: false });
         }
         Err(httparse::Error::TooManyHeaders) => {
-            rsp.error(431, "headers_too_large", &too_large_headers(limits));
+            rsp.fail(ErrorCode::HeadersTooLarge, &too_large_headers(limits));
             return Err(());
         }
         Err(e) => {
-            rsp.error(400, "bad_request", &format!("malformed HTTP request: {e}"));
+            rsp.fail(ErrorCode::BadRequest, &format!("malformed HTTP request: {e}"));
             return Err(());
         }
     };
     if head_len > limits.max_header_bytes {
-        rsp.error(431, "headers_too_large", &too_large_headers(limits));
+        rsp.fail(ErrorCode::HeadersTooLarge, &too_large_headers(limits));
         return Err(());
     }
     let mut content_length: Option<usize> = None;
@@ -561,16 +562,15 @@ fn step<'h, H: Fn(&Request<'_>, &mut Response<'h>)>(
                 (Some(n), None) => content_length = Some(n),
                 (Some(n), Some(m)) if n == m => {}
                 _ => {
-                    rsp.error(
-                        400,
-                        "invalid_body",
+                    rsp.fail(
+                        ErrorCode::InvalidBody,
                         "Content-Length must be one decimal number of bytes (digits only, no sign, no leading zeros)",
                     );
                     return Err(());
                 }
             }
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            rsp.error(411, "length_required", "chunked bodies are not accepted; send a Content-Length");
+            rsp.fail(ErrorCode::LengthRequired, "chunked bodies are not accepted; send a Content-Length");
             return Err(());
         } else if h.name.eq_ignore_ascii_case("connection") {
             keep_alive = keep_alive_after(h.value, keep_alive);
@@ -580,9 +580,8 @@ fn step<'h, H: Fn(&Request<'_>, &mut Response<'h>)>(
     }
     let body_len = content_length.unwrap_or(0);
     if body_len > limits.max_body_bytes {
-        rsp.error(
-            413,
-            "body_too_large",
+        rsp.fail(
+            ErrorCode::BodyTooLarge,
             &format!(
                 "the body is {body_len} bytes; at most {} are accepted (server.max_body_bytes)",
                 limits.max_body_bytes
@@ -611,7 +610,7 @@ fn step<'h, H: Fn(&Request<'_>, &mut Response<'h>)>(
         let head = rsp.head;
         rsp.reset();
         rsp.head = head;
-        rsp.error(500, "internal_error", "the request could not be handled; this is a bug in clef");
+        rsp.fail(ErrorCode::InternalError, "the request could not be handled; this is a bug in clef");
     }
     if !keep_alive {
         rsp.close = true;
@@ -621,9 +620,8 @@ fn step<'h, H: Fn(&Request<'_>, &mut Response<'h>)>(
 
 /// The answer to a request the shared budget for large requests has no room for now.
 fn overloaded(rsp: &mut Response<'_>, limit: usize) {
-    rsp.error(
-        503,
-        "overloaded",
+    rsp.fail(
+        ErrorCode::Overloaded,
         &format!(
             "the server holds all the memory it may for large requests and their answers \
              (server.request_memory_bytes: {limit} bytes); retry in a moment"
@@ -647,7 +645,7 @@ fn produce_whole<'m>(rsp: &mut Response<'_>, body: &[u8], held: &mut Held<'m>) {
         let head = rsp.head;
         rsp.reset();
         rsp.head = head;
-        rsp.error(500, "internal_error", "the request could not be handled; this is a bug in clef");
+        rsp.fail(ErrorCode::InternalError, "the request could not be handled; this is a bug in clef");
     } else if exhausted {
         let limit = held.limit();
         rsp.body = String::new();

@@ -11,6 +11,7 @@ pub mod activity;
 pub mod admin;
 pub mod buffer;
 pub mod conn;
+pub mod errors;
 pub mod notify;
 pub mod page;
 pub mod recent;

@@ -11,6 +11,7 @@
 //! [`LISTINGS_BYTES`]; a listing beyond that is refused (503 `snapshots_busy`) rather than
 //! queued.
 
+use crate::server::errors::{ErrorAnswer as _, ErrorCode};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime};
@@ -104,20 +105,16 @@ fn make(recorder: &Recorder, query: &RecentQuery) -> Listing {
 pub(super) fn list<'a>(app: &'a App, req: &Request<'_>, rsp: &mut Response<'a>) {
     let query = match RecentQuery::parse(req.query, SystemTime::now()) {
         Ok(q) => q,
-        Err(e) => return rsp.error(400, "invalid_query", &e.to_string()),
+        Err(e) => return rsp.fail(ErrorCode::InvalidQuery, &e.to_string()),
     };
     let Some(recorder) = &app.stages.recorder else {
-        return rsp.error(
-            404,
-            "snapshots_off",
+        return rsp.fail(
+            ErrorCode::SnapshotsOff,
             "snapshots are off (snapshots.enabled: false): no decision is recorded, so there is none to list",
         );
     };
     let Some(reservation) = Reservation::take() else {
-        return rsp.error(
-            503,
-            "snapshots_busy",
-            "other snapshot listings being made or sent hold all the memory listings may take; retry when they are done",
+        return rsp.fail(ErrorCode::SnapshotsBusy, "other snapshot listings being made or sent hold all the memory listings may take; retry when they are done",
         );
     };
     let listing = match lister() {

@@ -1,6 +1,7 @@
 //! The router's admin endpoints (SPEC §7): `GET /router`, `POST /router/failover`,
 //! `DELETE /router/failover/{table}`, and what the log says of the router at start.
 
+use crate::server::errors::{ErrorAnswer as _, ErrorCode};
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -114,7 +115,7 @@ pub(super) fn status(app: &App, rsp: &mut Response) {
 /// `POST /router/failover` `{"table": "risk", "to": "backup_rules"}`.
 pub(super) fn failover(app: &App, body: &[u8], rsp: &mut Response) {
     let Some(router) = app.router.as_deref() else {
-        return rsp.error(409, "router_off", "the router is off (config.yaml has no router: instances)");
+        return rsp.fail(ErrorCode::RouterOff, "the router is off (config.yaml has no router: instances)");
     };
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -125,21 +126,19 @@ pub(super) fn failover(app: &App, body: &[u8], rsp: &mut Response) {
     let ask: Ask = match serde_json::from_slice(body) {
         Ok(a) => a,
         Err(e) => {
-            return rsp.error(
-                400,
-                "invalid_body",
+            return rsp.fail(
+                ErrorCode::InvalidBody,
                 &format!("the body must be {{\"table\": \"risk\", \"to\": \"backup_rules\"}}: {e}"),
             )
         }
     };
     if ask.table.is_empty() || ask.table == ask.to {
-        return rsp.error(400, "invalid_body", "`table` must name a table, and `to` another one");
+        return rsp.fail(ErrorCode::InvalidBody, "`table` must name a table, and `to` another one");
     }
     let tables = app.registry.snapshot();
     if tables.get(&ask.to).is_none_or(|s| s.current.is_none()) {
-        return rsp.error(
-            404,
-            "unknown_table",
+        return rsp.fail(
+            ErrorCode::UnknownTable,
             &format!("no table \"{}\" is loaded here to answer for \"{}\"", ask.to, ask.table),
         );
     }
@@ -157,7 +156,8 @@ pub(super) fn failover(app: &App, body: &[u8], rsp: &mut Response) {
 pub(super) fn clear_failover(app: &App, table: &str, rsp: &mut Response) {
     let cleared = app.router.as_deref().is_some_and(|r| r.clear_failover(table));
     if !cleared {
-        return rsp.error(404, "unknown_failover", &format!("table \"{table}\" is not switched to a fallback by hand"));
+        return rsp
+            .fail(ErrorCode::UnknownFailover, &format!("table \"{table}\" is not switched to a fallback by hand"));
     }
     log::info!("router: table {table} served as routed again (DELETE /router/failover)");
     let b = &mut rsp.body;

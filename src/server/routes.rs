@@ -1,5 +1,6 @@
 //! The endpoints of SPEC §6: routing, authorization, and each handler.
 
+use crate::server::errors::{ApiError as _, ErrorAnswer as _, ErrorCode};
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -318,25 +319,24 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
         if matches!(route(req.path), Route::Health) {
             health(app, admin, rsp);
         } else {
-            rsp.error(503, "draining", "the server is shutting down; retry on another instance");
+            rsp.fail(ErrorCode::Draining, "the server is shutting down; retry on another instance");
         }
         return;
     }
     let r = route(req.path);
     let Some(kind) = r.kind() else {
-        rsp.error(404, "not_found", &format!("no endpoint {} {}", req.method, req.path));
+        rsp.fail(ErrorCode::NotFound, &format!("no endpoint {} {}", req.method, req.path));
         return;
     };
     let Some(row) = routes(listener).iter().find(|row| row.kind == kind) else {
         let elsewhere = if admin { "the main listener" } else { "the admin listener" };
-        rsp.error(404, "not_found", &format!("no endpoint {} here; it is served on {elsewhere}", req.path));
+        rsp.fail(ErrorCode::NotFound, &format!("no endpoint {} here; it is served on {elsewhere}", req.path));
         return;
     };
     if !row.allows(req.method) {
         rsp.add_header("Allow", row.method);
-        rsp.error(
-            405,
-            "method_not_allowed",
+        rsp.fail(
+            ErrorCode::MethodNotAllowed,
             &format!("{} {} is not allowed; use {}", req.method, req.path, row.method),
         );
         return;
@@ -344,14 +344,13 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
     match row.token {
         Token::Admin if !authorized(app.admin_token.as_deref(), req) => {
             rsp.add_header("WWW-Authenticate", "Bearer");
-            rsp.error(401, "unauthorized", "admin endpoints need Authorization: Bearer <admin token>");
+            rsp.fail(ErrorCode::Unauthorized, "admin endpoints need Authorization: Bearer <admin token>");
             return;
         }
         Token::Server if !authorized(app.server_token.as_deref(), req) => {
             rsp.add_header("WWW-Authenticate", "Bearer");
-            rsp.error(
-                401,
-                "unauthorized",
+            rsp.fail(
+                ErrorCode::Unauthorized,
                 "this endpoint needs Authorization: Bearer <token> (server.token_file, or the server-token credential)",
             );
             return;
@@ -359,7 +358,7 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
         // The request's own `Authorization` belongs to the input: clef's token travels in
         // `X-Clef-Token` here.
         Token::ServerInHeader if !token_matches(app.server_token.as_deref(), req.header("x-clef-token")) => {
-            rsp.error(401, "unauthorized", "/authz needs the token of server.token_file in X-Clef-Token");
+            rsp.fail(ErrorCode::Unauthorized, "/authz needs the token of server.token_file in X-Clef-Token");
             return;
         }
         _ => {}
@@ -391,7 +390,7 @@ pub fn handle<'a>(app: &'a App, listener: Listener, req: &Request<'_>, rsp: &mut
 
 /// Answers a request that gets no decision.
 fn refuse(refusal: &Refusal, rsp: &mut Response) {
-    rsp.error(refusal.status(), refusal.code(), &refusal.to_string());
+    rsp.refuse(&refusal);
 }
 
 fn authorized(expected: Option<&str>, req: &Request<'_>) -> bool {
@@ -436,7 +435,7 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
     count(&decided);
     if let Err(e) = &decided.result {
         rsp.body.clear();
-        rsp.error(e.status(), e.code(), &e.to_string());
+        rsp.refuse(&e);
     }
 }
 
@@ -478,12 +477,11 @@ fn batch<'a>(app: &'a App, name: Option<&str>, req: &Request<'_>, rsp: &mut Resp
     }
     let inputs = match BatchInputs::check(req.body) {
         Ok(inputs) => inputs,
-        Err(e) => return rsp.error(e.status(), e.code(), &e.to_string()),
+        Err(e) => return rsp.refuse(&e),
     };
     if inputs.count() > app.max_batch_lines {
-        return rsp.error(
-            413,
-            "batch_too_large",
+        return rsp.fail(
+            ErrorCode::BatchTooLarge,
             &format!(
                 "the batch holds {} inputs; at most {} are decided in one request (server.max_batch_lines): \
                  split it",
@@ -527,7 +525,7 @@ fn decide_batch(
         Ok(found) => found,
         // the handler resolved it in this same snapshot: never, but said if it were
         Err(refusal) => {
-            render::write_line_error(refusal.code(), &refusal.to_string(), 0, &mut lines);
+            render::write_line_error(refusal.error_code().as_str(), &refusal.to_string(), 0, &mut lines);
             lines.push('\n');
             let _ = out.write_str(&lines);
             return;
@@ -540,7 +538,7 @@ fn decide_batch(
             let decided = pipeline::decide_staged(&app.stages, tables, resolved, bytes, options, &mut lines);
             count(&decided);
             if let Err(e) = &decided.result {
-                render::write_line_error(e.code(), &e.to_string(), line, &mut lines);
+                render::write_line_error(e.error_code().as_str(), &e.to_string(), line, &mut lines);
             }
             lines.push('\n');
         }
@@ -560,7 +558,7 @@ fn decide_batch(
 fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Response) {
     let proxy = match Proxy::from_header(req.header("x-clef-proxy")) {
         Ok(proxy) => proxy,
-        Err(message) => return rsp.error(400, "invalid_header", &message),
+        Err(message) => return rsp.fail(ErrorCode::InvalidHeader, &message),
     };
     let tables = app.registry.snapshot();
     let input = authz_input(asked, req);
@@ -591,7 +589,7 @@ fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Respon
         }
         Err(e) => {
             rsp.body.clear();
-            rsp.error(e.status(), e.code(), &e.to_string());
+            rsp.refuse(&e);
         }
     }
 }
@@ -645,11 +643,11 @@ fn routed<'n>(
         Routed::Fallback(table) => Step::Here(Some(Cow::Owned(table)), Some("router_fallback")),
         Routed::Forwarded(answer) => Step::Forwarded(answer),
         Routed::NoHealthy(message) => {
-            rsp.error(503, "no_healthy_instance", &message);
+            rsp.fail(ErrorCode::NoHealthyInstance, &message);
             Step::Answered
         }
         Routed::UpstreamFailed(message) => {
-            rsp.error(502, "upstream_failed", &message);
+            rsp.fail(ErrorCode::UpstreamFailed, &message);
             Step::Answered
         }
     }
@@ -675,9 +673,8 @@ fn authz_forwarded(answer: Answer, proxy: Proxy, rsp: &mut Response) {
 /// `GET /snapshots/{id}` (admin): a recent snapshot from the recorder's memory.
 fn snapshot(app: &App, id: &str, rsp: &mut Response) {
     let Some(parsed) = crate::snapshot::SnapshotId::parse(id) else {
-        return rsp.error(
-            400,
-            "invalid_snapshot_id",
+        return rsp.fail(
+            ErrorCode::InvalidSnapshotId,
             &format!(
                 "\"{}\" is not a snapshot id: ids are UUIDs such as 01a230b8-dbd5-7137-bffb-a4cb18ebdb45",
                 id.escape_debug()
@@ -685,14 +682,12 @@ fn snapshot(app: &App, id: &str, rsp: &mut Response) {
         );
     };
     let Some(recorder) = &app.stages.recorder else {
-        return rsp.error(404, "unknown_snapshot", "snapshots are off (snapshots.enabled: false); nothing is recorded");
+        return rsp
+            .fail(ErrorCode::UnknownSnapshot, "snapshots are off (snapshots.enabled: false); nothing is recorded");
     };
     match recorder.lookup(parsed) {
         Some(line) => rsp.body.push_str(line.trim_end()),
-        None => rsp.error(
-            404,
-            "unknown_snapshot",
-            &format!(
+        None => rsp.fail(ErrorCode::UnknownSnapshot, &format!(
                 "no snapshot {id} in memory: it is older than the recent window, was sampled out or dropped, or never made; \
                  older snapshots are in the segment files of {}",
                 recorder.dir().display()
@@ -1160,10 +1155,9 @@ fn rollback(app: &App, name: &str, rsp: &mut Response) {
             admin::write_persisted(app, rolled.persist_error.as_deref(), b);
             b.push('}');
         }
-        Err(RollbackError::UnknownTable) => rsp.error(404, "unknown_table", &format!("no table named \"{name}\"")),
-        Err(RollbackError::NoPreviousVersion) => rsp.error(
-            409,
-            "no_previous_version",
+        Err(RollbackError::UnknownTable) => rsp.fail(ErrorCode::UnknownTable, &format!("no table named \"{name}\"")),
+        Err(RollbackError::NoPreviousVersion) => rsp.fail(
+            ErrorCode::NoPreviousVersion,
             &format!("table \"{name}\" has no earlier good version kept in memory"),
         ),
         Err(RollbackError::Writer(e)) => admin::writer_failed(e, rsp),

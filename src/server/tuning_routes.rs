@@ -4,15 +4,16 @@
 use super::App;
 use crate::decide::unknown_table;
 use crate::http1::Response;
+use crate::server::errors::{ErrorAnswer as _, ErrorCode};
 
 const TUNING_OFF: &str = "tuning is off: list tables in tuning.tables (config.yaml) to tune their parameters";
 
 /// `POST /feedback {"snapshot_id", "reward"}`: counted for the arm that made the decision.
 pub(super) fn feedback(app: &App, body: &[u8], rsp: &mut Response) {
-    let Some(tuner) = &app.stages.tuner else { return rsp.error(404, "not_tuned", TUNING_OFF) };
+    let Some(tuner) = &app.stages.tuner else { return rsp.fail(ErrorCode::NotTuned, TUNING_OFF) };
     match tuner.feedback(body) {
         Ok(answer) => rsp.body = answer,
-        Err(e) => rsp.error(e.status(), e.code(), &e.to_string()),
+        Err(e) => rsp.refuse(&e),
     }
 }
 
@@ -25,7 +26,7 @@ fn refused_unknown(app: &App, name: &str, rsp: &mut Response) -> bool {
         return false;
     }
     let refusal = unknown_table(&tables, name);
-    rsp.error(refusal.status(), refusal.code(), &refusal.to_string());
+    rsp.refuse(&refusal);
     true
 }
 
@@ -35,14 +36,13 @@ pub(super) fn report(app: &App, name: &str, rsp: &mut Response) {
     if refused_unknown(app, name, rsp) {
         return;
     }
-    let Some(tuner) = &app.stages.tuner else { return rsp.error(404, "not_tuned", TUNING_OFF) };
+    let Some(tuner) = &app.stages.tuner else { return rsp.fail(ErrorCode::NotTuned, TUNING_OFF) };
     match tuner.report(name) {
         Some(report) => rsp.body = report,
         None => {
             let tuned: Vec<&str> = tuner.table_names().collect();
-            rsp.error(
-                404,
-                "not_tuned",
+            rsp.fail(
+                ErrorCode::NotTuned,
                 &format!("table \"{name}\" is not tuned; tuning.tables lists {}", tuned.join(", ")),
             )
         }
@@ -55,7 +55,7 @@ pub(super) fn promote(app: &App, name: &str, body: &[u8], rsp: &mut Response) {
     if refused_unknown(app, name, rsp) {
         return;
     }
-    let Some(tuner) = &app.stages.tuner else { return rsp.error(404, "not_tuned", TUNING_OFF) };
+    let Some(tuner) = &app.stages.tuner else { return rsp.fail(ErrorCode::NotTuned, TUNING_OFF) };
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Body {
@@ -67,15 +67,14 @@ pub(super) fn promote(app: &App, name: &str, body: &[u8], rsp: &mut Response) {
         match serde_json::from_slice::<Body>(body) {
             Ok(b) => b.variant,
             Err(e) if e.classify() == serde_json::error::Category::Data => {
-                return rsp.error(
-                    400,
-                    "invalid_body",
+                return rsp.fail(
+                    ErrorCode::InvalidBody,
                     &format!("{e}; send nothing (the ready variant) or {{\"variant\": \"v2\"}}"),
                 )
             }
             Err(e) => {
                 let e = crate::input::InputError::from_serde_syntax(body, &e);
-                return rsp.error(e.status(), e.code(), &e.to_string());
+                return rsp.refuse(&e);
             }
         }
     };
@@ -84,6 +83,6 @@ pub(super) fn promote(app: &App, name: &str, body: &[u8], rsp: &mut Response) {
             app.reapply(name);
             rsp.body = answer;
         }
-        Err(e) => rsp.error(e.status(), e.code(), &e.to_string()),
+        Err(e) => rsp.refuse(&e),
     }
 }

@@ -33,7 +33,6 @@ pub mod id;
 pub mod reader;
 pub mod recent;
 pub mod record;
-pub mod replay;
 pub mod segment;
 pub mod writer;
 

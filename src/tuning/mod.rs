@@ -188,30 +188,6 @@ pub enum FeedbackError {
     Unknown(String),
 }
 
-impl FeedbackError {
-    /// The HTTP status.
-    pub fn status(&self) -> u16 {
-        match self {
-            FeedbackError::InvalidJson(_)
-            | FeedbackError::InvalidBody(_)
-            | FeedbackError::BadId(_)
-            | FeedbackError::BadReward(_) => 400,
-            FeedbackError::Unknown(_) => 404,
-        }
-    }
-
-    /// The API error code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            FeedbackError::InvalidJson(e) => e.code(),
-            FeedbackError::InvalidBody(_) => "invalid_body",
-            FeedbackError::BadId(_) => "invalid_snapshot_id",
-            FeedbackError::BadReward(_) => "invalid_reward",
-            FeedbackError::Unknown(_) => "unknown_snapshot",
-        }
-    }
-}
-
 impl std::fmt::Display for FeedbackError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -235,27 +211,6 @@ pub enum PromoteError {
     UnknownVariant(String),
     /// the overlay could not be written
     Io(String),
-}
-
-impl PromoteError {
-    /// The HTTP status.
-    pub fn status(&self) -> u16 {
-        match self {
-            PromoteError::NotTuned(_) | PromoteError::UnknownVariant(_) => 404,
-            PromoteError::NotReady(_) => 409,
-            PromoteError::Io(_) => 500,
-        }
-    }
-
-    /// The API error code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            PromoteError::NotTuned(_) => "not_tuned",
-            PromoteError::NotReady(_) => "not_ready",
-            PromoteError::UnknownVariant(_) => "unknown_variant",
-            PromoteError::Io(_) => "state_write_failed",
-        }
-    }
 }
 
 impl std::fmt::Display for PromoteError {

@@ -53,24 +53,6 @@ impl InputError {
         let message = message.split(" at line ").next().unwrap_or(&message).to_string();
         InputError::InvalidJson { offset: byte_offset(body, e.line(), e.column()), message }
     }
-
-    /// The API error code (SPEC §6).
-    pub fn code(&self) -> &'static str {
-        match self {
-            InputError::InvalidJson { .. } => "invalid_json",
-            InputError::NotAnObject { .. } => "not_an_object",
-            InputError::SchemaMismatch { .. } => "schema_mismatch",
-        }
-    }
-
-    /// The HTTP status that answers it (SPEC §6): 400 for a body that is not a
-    /// JSON object, 422 for an object the table's schema rejects.
-    pub fn status(&self) -> u16 {
-        match self {
-            InputError::InvalidJson { .. } | InputError::NotAnObject { .. } => 400,
-            InputError::SchemaMismatch { .. } => 422,
-        }
-    }
 }
 
 impl fmt::Display for InputError {

@@ -53,13 +53,14 @@ use std::time::{Duration, Instant};
 use serde_json::value::RawValue;
 use serde_json::{json, Value as Json};
 
-use super::reader::{ReadStats, SnapshotReader};
-use super::record::{json_str, RawRecord};
 use crate::diff::attribute::Attribution;
 use crate::diff::TableDiff;
 use crate::expr::json::write_json_string;
 use crate::expr::{same_json_text, same_value};
 use crate::input::InputError;
+use crate::server::errors::ApiError as _;
+use crate::snapshot::reader::{ReadStats, SnapshotReader};
+use crate::snapshot::record::{json_str, RawRecord};
 use crate::table::{Decision, Limits, Table};
 
 /// Records per chunk.
@@ -651,7 +652,7 @@ impl Scored {
     fn judge(&mut self, rec: &RawRecord<'_>, table: &Table, outcome: &Result<Decision, InputError>, examples: usize) {
         let (now_rule_json, now_action) = match outcome {
             Ok(d) => (Some(d.rule.map_or("null", |r| table.engine.outcome_id_json(r))), Ok(table.action_json(d))),
-            Err(e) => (None, Err(e.code())),
+            Err(e) => (None, Err(e.error_code().as_str())),
         };
         if outcome.is_err() {
             self.refused += 1;
@@ -894,8 +895,8 @@ impl Report {
                 r.oversized,
                 plural(r.oversized),
                 plural(r.oversized),
-                super::reader::MAX_LINE >> 20,
-                (1usize << super::reader::MAX_WINDOW_LOG) >> 20
+                crate::snapshot::reader::MAX_LINE >> 20,
+                (1usize << crate::snapshot::reader::MAX_WINDOW_LOG) >> 20
             ));
         }
         if !skipped.is_empty() {
