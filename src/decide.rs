@@ -142,6 +142,10 @@ pub struct Decided<'t> {
 /// Decides one input with the table resolved for it, through every stage the server has
 /// configured: the canary choice, evaluation, the shadow table, the snapshot; then renders the
 /// answer into `out` (nothing when the input got no decision). `tables` resolves candidates.
+///
+/// The body is parsed once for every stage that reads it: alone, the table reads it with its
+/// own scan (only the fields it needs); with a canary key or a shadow table to read it too, it
+/// is parsed once and each of them reads that.
 pub fn decide_staged<'t>(
     stages: &Stages,
     tables: &'t Tables,
@@ -150,9 +154,61 @@ pub fn decide_staged<'t>(
     options: &Options<'_>,
     out: &mut String,
 ) -> Decided<'t> {
+    if !stages.read_body_besides(&table.name) {
+        let input = Prepared { body, root: None, parse_ns: 0 };
+        return decide_prepared(stages, tables, (entry, table), &input, options, out);
+    }
+    let pipeline_started = Instant::now();
+    let parsed = crate::input::with_parsed(body, table.limits.max_input_depth, |root| {
+        let parse_ns = pipeline_started.elapsed().as_nanos() as u64;
+        decide_prepared(stages, tables, (entry, table), &Prepared { body, root: Some(&root), parse_ns }, options, out)
+    });
+    parsed.unwrap_or_else(|e| {
+        // what the table alone answers for a body that does not parse: no canary draws on it
+        let latency_ns = pipeline_started.elapsed().as_nanos() as u64;
+        Decided { entry, table, result: Err(e), latency_ns, snapshot: None }
+    })
+}
+
+/// A request body as the pipeline's stages read it: the bytes (what snapshots record), and the
+/// parsed input when more than one stage reads it.
+struct Prepared<'b, 'r, 'v> {
+    body: &'b [u8],
+    root: Option<&'r Value<'v>>,
+    /// how long parsing took, when it was parsed for the stages: part of the decision's
+    /// evaluation time, as a table's own scan is
+    parse_ns: u64,
+}
+
+impl Prepared<'_, '_, '_> {
+    /// `table`'s decision of this input.
+    fn decide(&self, table: &Table, explain: bool) -> Result<Decision, InputError> {
+        match self.root {
+            Some(root) => table.decide_parsed(root, explain),
+            None => table.decide(self.body, explain),
+        }
+    }
+
+    /// [`key_hash`] of this input.
+    fn key_hash(&self, path: &[String]) -> Option<u64> {
+        match self.root {
+            Some(root) => hash_value(&root.at_path(path)),
+            None => key_hash(self.body, path),
+        }
+    }
+}
+
+fn decide_prepared<'t>(
+    stages: &Stages,
+    tables: &'t Tables,
+    (entry, table): (&'t Entry, &'t Arc<Table>),
+    input: &Prepared<'_, '_, '_>,
+    options: &Options<'_>,
+    out: &mut String,
+) -> Decided<'t> {
     let pipeline_started = Instant::now();
     let asked = table;
-    let (entry, table) = stages.canary_for(tables, &table.name, body).unwrap_or((entry, table));
+    let (entry, table) = stages.canary_for(tables, &table.name, input).unwrap_or((entry, table));
     // tuning: a share of the table's decisions is made by a variant of it (SPEC §9); a tuned
     // decision always gets an id, which says which arm decided (for /feedback), and whose
     // random bits are the traffic coin
@@ -167,10 +223,10 @@ pub fn decide_staged<'t>(
     });
     let decider: &Table = drawn.as_ref().map_or(&**table, |d| d.table(table));
     let started = Instant::now();
-    let mut result = decider.decide(body, options.explain);
+    let mut result = input.decide(decider, options.explain);
     // what the snapshot records (SPEC §8.1 `latency_ns`): parsing and evaluating by the table
     // that decided
-    let evaluation_ns = started.elapsed().as_nanos() as u64;
+    let evaluation_ns = started.elapsed().as_nanos() as u64 + input.parse_ns;
     if let (Ok(decision), Some(reason)) = (&mut result, options.degraded) {
         decision.degraded = Some(reason);
     }
@@ -178,7 +234,7 @@ pub fn decide_staged<'t>(
         let latency_ns = pipeline_started.elapsed().as_nanos() as u64;
         return Decided { entry, table, result, latency_ns, snapshot: None };
     };
-    let shadow = stages.shadow_for(tables, table, decision, body);
+    let shadow = stages.shadow_for(tables, table, decision, input);
     let snapshot = match &drawn {
         Some(d) => Some(d.id()),
         None => stages.recorder.is_some().then(|| next_id_at_ms(time.unix_ms())),
@@ -187,7 +243,7 @@ pub fn decide_staged<'t>(
     if let (Some(recorder), Some(id)) = (&stages.recorder, snapshot) {
         // what decided, whole (SPEC §8.1): the served table with its switches, the arm's
         // table with the parameter values in force, the arm as the response names it
-        let mut event = Event::new(table, decision, body);
+        let mut event = Event::new(table, decision, input.body);
         event.decider = decider;
         event.variant = drawn.as_ref().map(|d| d.arm_name());
         event.pinned = entry.pin.is_some();
@@ -269,13 +325,18 @@ impl Stages {
 
     /// The candidate that answers this input instead of `served`, when `served` has a canary
     /// whose share this input falls in and the candidate is loaded.
-    fn canary_for<'t>(&self, tables: &'t Tables, served: &str, body: &[u8]) -> Option<(&'t Entry, &'t Arc<Table>)> {
+    fn canary_for<'t>(
+        &self,
+        tables: &'t Tables,
+        served: &str,
+        input: &Prepared<'_, '_, '_>,
+    ) -> Option<(&'t Entry, &'t Arc<Table>)> {
         let canary = self.canaries.iter().find(|c| c.served == served)?;
         if canary.threshold == 0 {
             return None;
         }
         let draw = match &canary.key {
-            Some(path) => key_hash(body, path)?,
+            Some(path) => input.key_hash(path)?,
             None => crate::per_core::random_u64(),
         };
         if draw >= canary.threshold && canary.threshold != u64::MAX {
@@ -292,12 +353,12 @@ impl Stages {
         tables: &'t Tables,
         table: &Table,
         decision: &Decision,
-        body: &[u8],
+        input: &Prepared<'_, '_, '_>,
     ) -> Option<(&'t Table, Decision, bool)> {
         let pair = self.shadows.iter().find(|p| p.served == *table.name)?;
         let candidate = tables.get(&pair.candidate)?.current.as_deref()?;
         let counts = &pair.counts[worker_stripe() % STRIPES];
-        match candidate.decide(body, false) {
+        match input.decide(candidate, false) {
             Ok(theirs) => {
                 let agrees = crate::expr::same_json_text(table.action_json(decision), candidate.action_json(&theirs));
                 counts[usize::from(!agrees)].fetch_add(1, Relaxed);
@@ -308,6 +369,14 @@ impl Stages {
                 None
             }
         }
+    }
+
+    /// Whether a stage other than `served`'s own decision reads the body of its decisions: a
+    /// canary keyed by a field, or a shadow table.
+    fn read_body_besides(&self, served: &str) -> bool {
+        self.canaries.iter().any(|c| c.served == served && c.key.is_some() && c.threshold != 0)
+            || self.shadows.iter().any(|p| p.served == served)
+            || self.canaries.iter().any(|c| c.served == served && self.shadows.iter().any(|p| p.served == c.candidate))
     }
 
     /// Every shadow pair's figures, for `GET /metrics`.
@@ -341,14 +410,18 @@ impl Stages {
 /// else by its JSON), the same in every process and version; `None` when the input has no
 /// such value (it then goes to the table asked for).
 pub(crate) fn key_hash(body: &[u8], path: &[String]) -> Option<u64> {
+    crate::input::with_parsed(body, crate::input::DEFAULT_MAX_DEPTH, |root| hash_value(&root.at_path(path))).ok()?
+}
+
+/// [`key_hash`] of a value read from an input: `None` for nil and the empty string.
+fn hash_value(value: &Value<'_>) -> Option<u64> {
     use sha2::{Digest, Sha256};
     let mut text = String::new();
-    crate::input::with_parsed(body, crate::input::DEFAULT_MAX_DEPTH, |root| match root.at_path(path) {
+    match value {
         Value::Nil => {}
         Value::Str(s) => text.push_str(s),
-        other => write_value(&other, &mut text),
-    })
-    .ok()?;
+        other => write_value(other, &mut text),
+    }
     if text.is_empty() {
         return None;
     }
@@ -435,5 +508,40 @@ impl Routed {
         out: crate::router::forward::Outgoing<'a>,
     ) -> crate::router::forward::Outgoing<'a> {
         crate::router::forward::Outgoing { table, ..out }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::Limits;
+
+    /// What a table decides and what a canary key hashes to are the same whether the body is
+    /// read by the table's own scan or parsed once for several stages.
+    #[test]
+    fn a_body_parsed_once_reads_as_the_bytes_do() {
+        let file = br#"{"rules": [
+            {"id": "big", "condition": "amount > 100 && user.tier != \"gold\"", "action": {"a": 1}},
+            {"id": "tag", "condition": "\"x\" in tags", "action": {"a": 2}}
+        ], "default": {"a": 0}}"#;
+        let table = Table::from_bytes(std::path::Path::new("t.json"), file, &Limits::default()).expect("loads");
+        let path = vec!["user".to_string(), "id".to_string()];
+        for body in [
+            r#"{"amount": 150, "user": {"tier": "silver", "id": "u1"}}"#,
+            r#"{"amount": 150, "user": {"tier": "gold", "id": 7}, "tags": ["x"]}"#,
+            r#"{"amount": "many", "tags": "x"}"#,
+            r#"{"user": {"id": ""}}"#,
+        ] {
+            let bytes = body.as_bytes();
+            let alone = Prepared { body: bytes, root: None, parse_ns: 0 };
+            crate::input::with_parsed(bytes, table.limits.max_input_depth, |root| {
+                let shared = Prepared { body: bytes, root: Some(&root), parse_ns: 0 };
+                for explain in [false, true] {
+                    assert_eq!(shared.decide(&table, explain), alone.decide(&table, explain), "{body}");
+                }
+                assert_eq!(shared.key_hash(&path), alone.key_hash(&path), "{body}");
+            })
+            .expect("parses");
+        }
     }
 }

@@ -578,8 +578,7 @@ fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Respon
     match &decided.result {
         Ok(decision) => {
             let table = decided.table;
-            let action = serde_json::from_str(table.action_json(decision)).unwrap_or(serde_json::Value::Null);
-            answer_verdict(&Verdict::of_action(&action), proxy, rsp);
+            answer_verdict(&table.verdict(decision), proxy, rsp);
             if let Some(rule) = table.outcome_id(decision) {
                 rsp.add_header("X-Clef-Rule", header_safe(&rule));
             }

@@ -11,6 +11,7 @@ pub mod ruleset;
 pub mod spec;
 pub mod template;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
+use crate::authz::Verdict;
 use crate::diagnostic::Diagnostic;
 use crate::expr::json::write_json_string;
 use crate::expr::value::{Const, Value};
@@ -215,6 +217,9 @@ pub struct Table {
     params_json: Option<Arc<str>>,
     /// the parameter values the file declares, the same way
     file_params_json: Option<Arc<str>>,
+    /// what forward-auth answers for each outcome's action as written, then the default's:
+    /// worked out once per engine, on the first `/authz` decision, not per request
+    verdicts: Arc<std::sync::OnceLock<Box<[Verdict]>>>,
 }
 
 /// The engine that decides for one table, chosen by its kind when it loads (as the regex
@@ -242,6 +247,18 @@ impl Engine {
         match self {
             Engine::Rules(e) => e.decide_body_with(body, explain, max_depth, switched),
             Engine::Flash(f) => input::with_parsed(body, max_depth, |root| f.decide(&root, explain)),
+        }
+    }
+
+    fn decide_parsed(
+        &self,
+        root: &Value<'_>,
+        explain: bool,
+        switched: Option<&SwitchedOff>,
+    ) -> Result<Decision, InputError> {
+        match self {
+            Engine::Rules(e) => e.decide_parsed_with(root, explain, switched),
+            Engine::Flash(f) => Ok(f.decide(root, explain)),
         }
     }
 
@@ -480,6 +497,7 @@ impl Table {
             file_digest,
             file_params_json: params_json.clone(),
             params_json,
+            verdicts: Arc::default(),
         })
     }
 
@@ -532,6 +550,8 @@ impl Table {
             file_digest: self.file_digest,
             params_json,
             file_params_json: self.file_params_json.clone(),
+            // the values may be in the actions: worked out again for the new engine
+            verdicts: Arc::default(),
         })
     }
 
@@ -551,6 +571,13 @@ impl Table {
     /// (when it has one), then evaluated with the rules enabled on this copy.
     pub fn decide(&self, body: &[u8], explain: bool) -> Result<Decision, InputError> {
         self.engine.decide_body(body, explain, self.limits.max_input_depth, self.switched_off.as_deref())
+    }
+
+    /// Decides an input already parsed (by [`input::with_parsed`], with this table's
+    /// `limits.max_input_depth`): the same decision [`Table::decide`] makes of its body, for a
+    /// body that several stages read.
+    pub fn decide_parsed(&self, root: &Value<'_>, explain: bool) -> Result<Decision, InputError> {
+        self.engine.decide_parsed(root, explain, self.switched_off.as_deref())
     }
 
     /// Decides one JSON body with the reference evaluator (for tests and checks).
@@ -607,6 +634,26 @@ impl Table {
         d.action.as_deref().unwrap_or_else(|| self.engine.action_json(d.rule))
     }
 
+    /// What forward-auth answers for a decision ([`Verdict`]): of an action built for the input
+    /// (a template), worked out now; of an action as written, worked out once per engine.
+    pub fn verdict<'d>(&'d self, d: &'d Decision) -> Cow<'d, Verdict> {
+        if let Some(built) = &d.action {
+            let action = serde_json::from_str(built).unwrap_or(serde_json::Value::Null);
+            return Cow::Owned(Verdict::of_action(&action));
+        }
+        let verdicts = self.verdicts.get_or_init(|| {
+            let count = self.engine.outcome_count();
+            (0..=count)
+                .map(|i| {
+                    let json = self.engine.action_json((i < count).then_some(i));
+                    Verdict::of_action(&serde_json::from_str(json).unwrap_or(serde_json::Value::Null))
+                })
+                .collect()
+        });
+        let at = d.rule.unwrap_or(verdicts.len() - 1);
+        verdicts.get(at).map_or_else(|| Cow::Owned(Verdict::of_action(&serde_json::Value::Null)), Cow::Borrowed)
+    }
+
     /// The `rule_id` of a decision: the id of the rule (or cell) that answered, if any.
     pub fn outcome_id(&self, d: &Decision) -> Option<String> {
         d.rule.and_then(|r| serde_json::from_str(self.engine.outcome_id_json(r)).ok())
@@ -616,6 +663,28 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verdicts_are_the_actions_verdicts_and_worked_out_once() {
+        let file = br#"{"rules": [
+            {"id": "in", "condition": "x > 1", "action": {"allow": true, "headers": {"X-N": "1"}}},
+            {"id": "slow", "condition": "x < 0", "action": {"status": 429}}
+        ], "default": {"status": 401}}"#;
+        let table = Table::from_bytes(Path::new("gate.json"), file, &Limits::default()).expect("loads");
+        for (input, allowed, status) in
+            [("{\"x\": 2}", true, 200), ("{\"x\": -1}", false, 429), ("{\"x\": 0}", false, 401)]
+        {
+            let d = table.decide(input.as_bytes(), false).expect("decides");
+            let written = Verdict::of_action(&serde_json::from_str(table.action_json(&d)).expect("json"));
+            let v = table.verdict(&d);
+            assert_eq!(*v, written, "{input}");
+            assert_eq!((v.allowed, v.status), (allowed, status), "{input}");
+            assert!(matches!(v, Cow::Borrowed(_)), "an action as written is not worked out per request");
+        }
+        // a copy with a kill switch shares them
+        let (off, _) = table.with_switched_off(&BTreeSet::from(["slow".to_string()]));
+        assert!(Arc::ptr_eq(&off.verdicts, &table.verdicts));
+    }
 
     #[test]
     fn a_load_error_lists_the_first_problems_and_counts_the_others() {

@@ -406,6 +406,17 @@ impl RuleEngine {
         self.decide_with(root, explain, &self.enabled)
     }
 
+    /// [`RuleEngine::decide`] with the rules `switched` off left out too: an input parsed once
+    /// for several readers (the caller's other stages) is decided without parsing it again.
+    pub fn decide_parsed_with(
+        &self,
+        root: &Value<'_>,
+        explain: bool,
+        switched: Option<&SwitchedOff>,
+    ) -> Result<Decision, InputError> {
+        self.decide_with(root, explain, switched.map_or(&self.enabled[..], SwitchedOff::enabled))
+    }
+
     fn decide_with(&self, root: &Value<'_>, explain: bool, enabled: &[u64]) -> Result<Decision, InputError> {
         let slots = self.program.fill_slots(root);
         self.schema.check(&slots, root)?;
