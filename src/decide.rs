@@ -17,7 +17,6 @@ use crossbeam::utils::CachePadded;
 use crate::expr::json::write_value;
 use crate::expr::value::Value;
 use crate::input::InputError;
-use crate::metrics::ShadowCount;
 use crate::per_core::{share_threshold, worker_stripe, STRIPES};
 use crate::registry::{Entry, Tables};
 use crate::render::{self, ResponseMeta, Timestamp};
@@ -379,6 +378,11 @@ impl Stages {
             || self.canaries.iter().any(|c| c.served == served && self.shadows.iter().any(|p| p.served == c.candidate))
     }
 
+    /// The shadow tables' family of a scrape, when there are shadow tables.
+    pub fn shadow_collector(&self) -> Option<ShadowCollector> {
+        (!self.shadows.is_empty()).then(|| ShadowCollector(self.shadow_counts()))
+    }
+
     /// Every shadow pair's figures, for `GET /metrics`.
     pub fn shadow_counts(&self) -> Vec<ShadowCount> {
         self.shadows
@@ -403,6 +407,42 @@ impl Stages {
         let shadows = self.shadows.iter().map(|p| ("shadow", p.served.as_str(), p.candidate.as_str()));
         let canaries = self.canaries.iter().map(|c| ("canary", c.served.as_str(), c.candidate.as_str()));
         shadows.chain(canaries).filter(|(_, _, candidate)| !loaded(candidate)).collect()
+    }
+}
+
+/// How often a shadow table agreed with the table it shadows (`clef_shadow_decisions_total`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowCount {
+    /// the table that answers
+    pub table: String,
+    /// its shadow
+    pub shadow: String,
+    /// decisions where both gave the same action
+    pub agree: u64,
+    /// decisions where the actions differed
+    pub disagree: u64,
+    /// decisions the shadow could not make (it refused the input)
+    pub error: u64,
+}
+
+/// `clef_shadow_decisions_total`, one series per shadow pair and outcome.
+#[derive(Debug)]
+pub struct ShadowCollector(pub Vec<ShadowCount>);
+
+impl prometheus_client::collector::Collector for ShadowCollector {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> std::fmt::Result {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::MetricType;
+        let help = "Decisions a shadow table also made, by whether it gave the same action";
+        let mut family = encoder.encode_descriptor("clef_shadow_decisions", help, None, MetricType::Counter)?;
+        for c in &self.0 {
+            for (outcome, value) in [("agree", c.agree), ("disagree", c.disagree), ("error", c.error)] {
+                let labels = [("table", c.table.as_str()), ("shadow", c.shadow.as_str()), ("outcome", outcome)];
+                ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -10,6 +10,11 @@
 //! so that a scrape of thousands of tables holds one table's figures at a time, and the text
 //! can be written to the client as it is encoded ([`write_format`]).
 //!
+//! The server's own families (tables, responses, connections, reloads, its gauges) are made
+//! here; each subsystem that is on makes its own collector from its figures (the snapshot
+//! recorder, tuning, shadow tables, the router, state files: [`Subsystems`]) and the scrape
+//! encodes them after these, so that nothing here knows a subsystem's insides.
+//!
 //! A scrape also reads the figures of the whole process from `/proc/self` ([`ProcessStats`]),
 //! with the names and meanings of the Prometheus client libraries' process collectors
 //! (`process_cpu_seconds_total`, `process_resident_memory_bytes`, …), and names the build
@@ -464,9 +469,9 @@ pub struct TableLoad<'a> {
     pub failures: u64,
 }
 
-/// Gauges read at scrape time.
+/// The server's gauges, read at scrape time.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Gauges<'a> {
+pub struct Gauges {
     /// Seconds since the server started (`clef_uptime_seconds`).
     pub uptime_seconds: f64,
     /// Requests being handled now (`clef_inflight_requests`).
@@ -478,72 +483,6 @@ pub struct Gauges<'a> {
     /// Bytes held by requests larger than a connection's base buffer, and their answers sent
     /// whole (`clef_request_memory_bytes`).
     pub request_memory: u64,
-    /// The snapshot recorder's figures, when snapshots are on.
-    pub snapshots: Option<SnapshotFigures>,
-    /// Tuning's figures, when tuning is on.
-    pub tuning: Option<TuningFigures>,
-    /// State files (kill switches, tuning's rewards and promoted values) that failed their
-    /// checks when last read (`clef_state_files_failing`).
-    pub state_files_failing: u64,
-    /// Every shadow table's agreement (`clef_shadow_decisions_total`).
-    pub shadows: &'a [ShadowCount],
-    /// Every router instance's figures (`clef_router_…`), when the router is on.
-    pub router: &'a [crate::router::InstanceFigures],
-}
-
-/// How often a shadow table agreed with the table it shadows (`clef_shadow_decisions_total`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShadowCount {
-    /// the table that answers
-    pub table: String,
-    /// its shadow
-    pub shadow: String,
-    /// decisions where both gave the same action
-    pub agree: u64,
-    /// decisions where the actions differed
-    pub disagree: u64,
-    /// decisions the shadow could not make (it refused the input)
-    pub error: u64,
-}
-
-/// The snapshot recorder's figures (`clef_snapshots_…`), when snapshots are on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SnapshotFigures {
-    /// snapshots queued for disk
-    pub recorded: u64,
-    /// decisions left off disk by `sample_rate`
-    pub sampled_out: u64,
-    /// snapshots dropped because the queue was full
-    pub dropped: u64,
-    /// bytes waiting for the writer now
-    pub queued_bytes: u64,
-    /// memory the recorder's queue and recent window take now
-    pub memory_bytes: u64,
-    /// bytes written to segment files (after compression)
-    pub written_bytes: u64,
-    /// failed writes, syncs, opens and deletes
-    pub write_errors: u64,
-    /// snapshots lost to failed writes
-    pub lost: u64,
-    /// snapshot bytes the disk refused, kept to be written again
-    pub retry_bytes: u64,
-    /// 1 while the writer cannot store snapshots (its last attempt failed), else 0
-    pub failing: u64,
-    /// times the snapshots folder was found missing and made again
-    pub folder_recreated: u64,
-    /// bytes the segment files take now
-    pub disk_bytes: u64,
-    /// segment files now
-    pub segments: u64,
-}
-
-/// Tuning's figures (`clef_tuning_…`), when tuning is on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TuningFigures {
-    /// ids of counted feedback held to recognise repeats
-    pub feedback_ids: u64,
-    /// ids forgotten (oldest first) to stay within `tuning.max_feedback_ids`
-    pub feedback_ids_forgotten: u64,
 }
 
 /// Figures of the whole process, read from `/proc/self` when scraped (nothing is kept between
@@ -628,9 +567,14 @@ impl Format {
 }
 
 /// Encodes everything in the OpenMetrics text format (serve with [`CONTENT_TYPE`]).
-pub fn encode(tables: Arc<dyn TableSource>, server: &ServerStats, gauges: &Gauges<'_>) -> String {
-    encode_format(Format::OpenMetrics, tables, server, gauges)
+pub fn encode(tables: Arc<dyn TableSource>, server: &ServerStats, gauges: &Gauges, subsystems: Subsystems) -> String {
+    encode_format(Format::OpenMetrics, tables, server, gauges, subsystems)
 }
+
+/// The collectors of the subsystems that are on (snapshots, tuning, shadow tables, the router,
+/// state files), each made by its subsystem from its own figures; a scrape encodes them after
+/// the server's own families.
+pub type Subsystems = Vec<Box<dyn Collector>>;
 
 /// Encodes everything in the given format (serve with [`Format::content_type`]), with the
 /// process figures read from `/proc/self` now.
@@ -638,10 +582,11 @@ pub fn encode_format(
     format: Format,
     tables: Arc<dyn TableSource>,
     server: &ServerStats,
-    gauges: &Gauges<'_>,
+    gauges: &Gauges,
+    subsystems: Subsystems,
 ) -> String {
     let mut out = String::with_capacity(4096);
-    let result = write_with(&mut out, format, tables, server, gauges, ProcessStats::read());
+    let result = write_with(&mut out, format, tables, server, gauges, subsystems, ProcessStats::read());
     // Writing to a String cannot fail, and the collectors only pass errors through.
     debug_assert!(result.is_ok(), "encoding metrics failed");
     out
@@ -654,9 +599,10 @@ pub fn write_format(
     format: Format,
     tables: Arc<dyn TableSource>,
     server: &ServerStats,
-    gauges: &Gauges<'_>,
+    gauges: &Gauges,
+    subsystems: Subsystems,
 ) -> fmt::Result {
-    write_with(out, format, tables, server, gauges, ProcessStats::read())
+    write_with(out, format, tables, server, gauges, subsystems, ProcessStats::read())
 }
 
 /// [`write_format`] with these process figures (the tests give fixed ones).
@@ -665,7 +611,8 @@ fn write_with(
     format: Format,
     tables: Arc<dyn TableSource>,
     server: &ServerStats,
-    gauges: &Gauges<'_>,
+    gauges: &Gauges,
+    subsystems: Subsystems,
     process: Option<ProcessStats>,
 ) -> fmt::Result {
     let mut registry = Registry::default();
@@ -680,14 +627,8 @@ fn write_with(
         open_connections: gauges.open_connections,
         request_memory: gauges.request_memory,
     }));
-    registry.register_collector(Box::new(StagesCollector {
-        snapshots: gauges.snapshots,
-        tuning: gauges.tuning,
-        state_files_failing: gauges.state_files_failing,
-        shadows: gauges.shadows.to_vec(),
-    }));
-    if !gauges.router.is_empty() {
-        registry.register_collector(Box::new(crate::router::RouterCollector(gauges.router.to_vec())));
+    for collector in subsystems {
+        registry.register_collector(collector);
     }
     if let Some(process) = process {
         registry.register_collector(Box::new(ProcessCollector(process)));
@@ -892,91 +833,6 @@ impl Collector for GaugesCollector {
     }
 }
 
-/// Snapshot recording and shadow tables.
-#[derive(Debug)]
-struct StagesCollector {
-    snapshots: Option<SnapshotFigures>,
-    tuning: Option<TuningFigures>,
-    state_files_failing: u64,
-    shadows: Vec<ShadowCount>,
-}
-
-impl Collector for StagesCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        if let Some(s) = &self.snapshots {
-            let counters = [
-                ("clef_snapshots_recorded", "Decision snapshots queued for disk", s.recorded),
-                ("clef_snapshots_sampled_out", "Decisions left off disk by snapshots.sample_rate", s.sampled_out),
-                ("clef_snapshots_dropped", "Snapshots dropped because the writer could not keep up", s.dropped),
-                ("clef_snapshots_written_bytes", "Bytes written to snapshot segment files", s.written_bytes),
-                (
-                    "clef_snapshots_write_errors",
-                    "Failed writes, syncs, opens and deletes of snapshot segments",
-                    s.write_errors,
-                ),
-                ("clef_snapshots_lost", "Snapshots lost to failed writes", s.lost),
-                (
-                    "clef_snapshots_folder_recreated",
-                    "Times the snapshots folder was found deleted and made again",
-                    s.folder_recreated,
-                ),
-            ];
-            for (name, help, value) in counters {
-                ConstCounter::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)?;
-            }
-            let gauges = [
-                ("clef_snapshots_queued_bytes", "Snapshot bytes waiting for the writer", s.queued_bytes),
-                ("clef_snapshots_memory_bytes", "Memory the snapshot queue and recent window take", s.memory_bytes),
-                ("clef_snapshots_disk_bytes", "Bytes the snapshot segment files take", s.disk_bytes),
-                ("clef_snapshots_segments", "Snapshot segment files on disk", s.segments),
-                (
-                    "clef_snapshots_retry_bytes",
-                    "Snapshot bytes the disk refused, kept to be written again",
-                    s.retry_bytes,
-                ),
-                ("clef_snapshots_failing", "1 while snapshots cannot be stored (the last write failed)", s.failing),
-            ];
-            for (name, help, value) in gauges {
-                ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
-            }
-        }
-        if let Some(t) = &self.tuning {
-            let help = "Ids of counted feedback held to recognise a repeat";
-            ConstGauge::new(t.feedback_ids).encode(encoder.encode_descriptor(
-                "clef_tuning_feedback_ids",
-                help,
-                None,
-                MetricType::Gauge,
-            )?)?;
-            let help = "Ids of counted feedback forgotten, oldest first, to stay within tuning.max_feedback_ids";
-            ConstCounter::new(t.feedback_ids_forgotten).encode(encoder.encode_descriptor(
-                "clef_tuning_feedback_ids_forgotten",
-                help,
-                None,
-                MetricType::Counter,
-            )?)?;
-        }
-        let help = "State files (kill switches, tuning rewards and promoted values) that failed their checks";
-        ConstGauge::new(self.state_files_failing).encode(encoder.encode_descriptor(
-            "clef_state_files_failing",
-            help,
-            None,
-            MetricType::Gauge,
-        )?)?;
-        if !self.shadows.is_empty() {
-            let help = "Decisions a shadow table also made, by whether it gave the same action";
-            let mut family = encoder.encode_descriptor("clef_shadow_decisions", help, None, MetricType::Counter)?;
-            for c in &self.shadows {
-                for (outcome, value) in [("agree", c.agree), ("disagree", c.disagree), ("error", c.error)] {
-                    let labels = [("table", c.table.as_str()), ("shadow", c.shadow.as_str()), ("outcome", outcome)];
-                    ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The process figures, under the names every Prometheus client library uses for them.
 #[derive(Debug)]
 struct ProcessCollector(ProcessStats);
@@ -1143,11 +999,11 @@ mod tests {
     /// What [`encode_format`] writes, in one string.
     fn encoded(format: Format, tables: Arc<dyn TableSource>, server: &ServerStats, process: ProcessStats) -> String {
         let mut out = String::new();
-        write_with(&mut out, format, tables, server, &gauges(), Some(process)).unwrap();
+        write_with(&mut out, format, tables, server, &gauges(), Vec::new(), Some(process)).unwrap();
         out
     }
 
-    fn gauges() -> Gauges<'static> {
+    fn gauges() -> Gauges {
         Gauges { uptime_seconds: 12.5, inflight: 3, load: 0.25, open_connections: 7, ..Gauges::default() }
     }
 
@@ -1347,12 +1203,15 @@ mod tests {
     fn encode_is_openmetrics() {
         let server = ServerStats::default();
         let none = || -> Arc<dyn TableSource> { Arc::new(TableList::default()) };
-        let out = encode(none(), &server, &Gauges::default());
+        let out = encode(none(), &server, &Gauges::default(), Vec::new());
         // The process figures move between two scrapes; everything else must be the same.
         let steady = |text: &str| -> Vec<String> {
             text.lines().filter(|l| !l.contains("process_")).map(str::to_owned).collect()
         };
-        assert_eq!(steady(&out), steady(&encode_format(Format::OpenMetrics, none(), &server, &Gauges::default())));
+        assert_eq!(
+            steady(&out),
+            steady(&encode_format(Format::OpenMetrics, none(), &server, &Gauges::default(), Vec::new()))
+        );
         assert!(out.contains("# HELP clef_decisions Decisions by table"));
         assert_eq!(
             value(&parse(&out, Format::OpenMetrics), "clef_last_reload_success_timestamp_seconds", &[]),

@@ -160,6 +160,29 @@ pub fn failing_count() -> usize {
     PROBLEMS.lock().len()
 }
 
+/// The state files' family of a scrape (`clef_state_files_failing`), as it is now.
+pub fn collector() -> FailingCollector {
+    FailingCollector(failing_count() as u64)
+}
+
+/// `clef_state_files_failing`: state files reported and not resolved.
+#[derive(Debug)]
+pub struct FailingCollector(pub u64);
+
+impl prometheus_client::collector::Collector for FailingCollector {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> std::fmt::Result {
+        use prometheus_client::encoding::EncodeMetric;
+        let help = "State files (kill switches, tuning rewards and promoted values) that failed their checks";
+        let family = encoder.encode_descriptor(
+            "clef_state_files_failing",
+            help,
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        prometheus_client::metrics::gauge::ConstGauge::new(self.0).encode(family)
+    }
+}
+
 /// Every problem reported and not resolved, grouped: subsystem → item → the messages of its
 /// files, joined.
 pub fn problems() -> BTreeMap<&'static str, BTreeMap<String, String>> {

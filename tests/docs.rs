@@ -634,16 +634,16 @@ fn metrics_are_documented_with_type_and_labels() {
         loads: vec![("t".into(), true, 1)],
     };
     let shadows =
-        [clef::metrics::ShadowCount { table: "t".into(), shadow: "c".into(), agree: 1, disagree: 0, error: 0 }];
-    let router = [clef::router::InstanceFigures { id: "i".into(), ..Default::default() }];
-    let gauges = Gauges {
-        snapshots: Some(clef::metrics::SnapshotFigures::default()),
-        tuning: Some(clef::metrics::TuningFigures::default()),
-        shadows: &shadows,
-        router: &router,
-        ..Gauges::default()
-    };
-    let text = encode_format(Format::Prometheus, std::sync::Arc::new(tables), &server, &gauges);
+        vec![clef::decide::ShadowCount { table: "t".into(), shadow: "c".into(), agree: 1, disagree: 0, error: 0 }];
+    let router = vec![clef::router::InstanceFigures { id: "i".into(), ..Default::default() }];
+    let subsystems: clef::metrics::Subsystems = vec![
+        Box::new(clef::snapshot::metrics::SnapshotCollector(Default::default())),
+        Box::new(clef::tuning::metrics::TuningCollector(Default::default())),
+        Box::new(clef::state_file::collector()),
+        Box::new(clef::decide::ShadowCollector(shadows)),
+        Box::new(clef::router::RouterCollector(router)),
+    ];
+    let text = encode_format(Format::Prometheus, std::sync::Arc::new(tables), &server, &Gauges::default(), subsystems);
     // The process figures come from /proc/self; the server exports them, so the docs list them.
     assert!(text.contains("# TYPE process_resident_memory_bytes gauge"), "no process metrics:\n{text}");
 

@@ -329,6 +329,12 @@ impl Router {
     }
 
     /// Every instance's figures, for `GET /metrics`.
+    /// The router's families of a scrape, as they are now.
+    pub fn collector(&self) -> RouterCollector {
+        RouterCollector(self.figures())
+    }
+
+    /// Every instance's figures now.
     pub fn figures(&self) -> Vec<InstanceFigures> {
         let table = self.table();
         self.specs

@@ -903,30 +903,21 @@ impl OtherHealth {
 /// `GET /metrics`: encoded table by table into the answer as the client reads it.
 fn metrics_text<'a>(app: &'a App, req: &Request<'_>, rsp: &mut Response<'a>) {
     let tables: Arc<Tables> = arc_swap::Guard::into_inner(app.registry.snapshot());
-    let shadows = app.stages.shadow_counts();
-    let router = app.router.as_ref().map(|r| r.figures()).unwrap_or_default();
-    let snapshots = app.stages.recorder.as_ref().map(|r| {
-        let s = r.stats();
-        metrics::SnapshotFigures {
-            recorded: s.recorded,
-            sampled_out: s.sampled_out,
-            dropped: s.dropped,
-            queued_bytes: s.queued_bytes,
-            memory_bytes: s.queue_memory_bytes + s.recent_bytes,
-            written_bytes: s.bytes_written,
-            write_errors: s.write_errors,
-            lost: s.lost,
-            retry_bytes: s.retry_bytes,
-            failing: u64::from(r.health().failing_since.is_some()),
-            folder_recreated: s.folder_recreated,
-            disk_bytes: s.disk_bytes,
-            segments: s.segments,
-        }
-    });
-    let tuning = app.stages.tuner.as_ref().map(|t| {
-        let (held, forgotten) = t.feedback_ids();
-        metrics::TuningFigures { feedback_ids: held as u64, feedback_ids_forgotten: forgotten }
-    });
+    // each subsystem that is on makes its own families (SPEC §10); the scrape composes them
+    let mut subsystems: metrics::Subsystems = Vec::new();
+    if let Some(recorder) = &app.stages.recorder {
+        subsystems.push(Box::new(recorder.collector()));
+    }
+    if let Some(tuner) = &app.stages.tuner {
+        subsystems.push(Box::new(tuner.collector()));
+    }
+    subsystems.push(Box::new(crate::state_file::collector()));
+    if let Some(shadows) = app.stages.shadow_collector() {
+        subsystems.push(Box::new(shadows));
+    }
+    if let Some(router) = &app.router {
+        subsystems.push(Box::new(router.collector()));
+    }
     let format = metrics::Format::from_accept(req.header("accept").and_then(|a| std::str::from_utf8(a).ok()));
     rsp.content_type = format.content_type();
     rsp.stream(move |_, out| {
@@ -936,14 +927,9 @@ fn metrics_text<'a>(app: &'a App, req: &Request<'_>, rsp: &mut Response<'a>) {
             load: app.load(),
             open_connections: app.open_connections() as u64,
             request_memory: app.request_memory_held() as u64,
-            snapshots,
-            tuning,
-            state_files_failing: crate::state_file::failing_count() as u64,
-            shadows: &shadows,
-            router: &router,
         };
         // an error is the client gone: nothing more to say to it
-        let _ = metrics::write_format(out, format, tables, &app.stats, &gauges);
+        let _ = metrics::write_format(out, format, tables, &app.stats, &gauges, subsystems);
     });
 }
 

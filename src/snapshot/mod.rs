@@ -30,6 +30,7 @@
 
 pub mod config;
 pub mod id;
+pub mod metrics;
 pub mod reader;
 pub mod recent;
 pub mod record;

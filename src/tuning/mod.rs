@@ -34,6 +34,7 @@
 
 pub mod bandit;
 pub mod config;
+pub mod metrics;
 pub mod state;
 pub mod tag;
 pub mod variants;
