@@ -90,10 +90,23 @@ impl Problem {
     }
 }
 
+/// Why the content of a state file fails its checks (it parsed, but does not hold together or
+/// does not fit what is served): what is wrong, in the words the log and `/health` show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckFailed(pub String);
+
+impl std::fmt::Display for CheckFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CheckFailed {}
+
 /// Reads the JSON state file `path` (at most `max` bytes) and checks it with `check`; when it
 /// fails, its last good copy (see the module doc). No file at all is `value: None` with no
 /// problem.
-pub fn load<T: DeserializeOwned>(path: &Path, max: u64, check: impl Fn(&T) -> Result<(), String>) -> Loaded<T> {
+pub fn load<T: DeserializeOwned>(path: &Path, max: u64, check: impl Fn(&T) -> Result<(), CheckFailed>) -> Loaded<T> {
     let read = |p: &Path| -> Result<Option<T>, Problem> {
         let bytes = match crate::files::read_limited(p, max) {
             Ok(b) => b,
@@ -201,11 +214,11 @@ pub fn problems() -> BTreeMap<&'static str, BTreeMap<String, String>> {
 mod tests {
     use super::*;
 
-    fn positive(v: &i64) -> Result<(), String> {
+    fn positive(v: &i64) -> Result<(), CheckFailed> {
         if *v > 0 {
             Ok(())
         } else {
-            Err(format!("{v} is not above 0"))
+            Err(CheckFailed(format!("{v} is not above 0")))
         }
     }
 

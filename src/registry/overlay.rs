@@ -19,6 +19,7 @@
 //! promotions make it. An overlay that fails (a bit flipped on the SD card: 0.06 → 8.06) gives
 //! way to its last good copy, and `GET /health` says so (see [`crate::state_file`]).
 
+use crate::state_file::CheckFailed;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -82,9 +83,12 @@ fn write(folder: &Path, table: &str, overlay: &Overlay, params: Option<&serde_js
 /// place, as the table's loader checks a value (for a tunable parameter: a number within
 /// `min` and `max`). Entries for parameters the table no longer declares are left to [`apply`]
 /// (they are stale).
-pub fn check(overlay: &Overlay, table: &str, params: Option<&serde_json::Value>) -> Result<(), String> {
+pub fn check(overlay: &Overlay, table: &str, params: Option<&serde_json::Value>) -> Result<(), CheckFailed> {
     if overlay.table != table {
-        return Err(format!("it holds the promoted values of table \"{}\", not \"{table}\"", overlay.table));
+        return Err(CheckFailed(format!(
+            "it holds the promoted values of table \"{}\", not \"{table}\"",
+            overlay.table
+        )));
     }
     for (name, p) in &overlay.params {
         let Some(decl) = params.and_then(|ps| ps.get(name)) else { continue };
@@ -92,7 +96,7 @@ pub fn check(overlay: &Overlay, table: &str, params: Option<&serde_json::Value>)
         if let Some(d) = with_value.as_object_mut() {
             d.insert("value".into(), p.value.clone());
         }
-        Tunable::read(name, &with_value)?;
+        Tunable::read(name, &with_value).map_err(CheckFailed)?;
     }
     Ok(())
 }
@@ -173,13 +177,98 @@ pub fn apply(table: Table, folder: &Path) -> Table {
     }
 }
 
+/// Why promoted values were not stored.
+#[derive(Debug)]
+pub enum PromoteFailed {
+    /// the table declares no parameter of this name
+    Undeclared(String),
+    /// the values do not pass the table's declarations
+    Invalid(CheckFailed),
+    /// the file of promoted values could not be written
+    Write {
+        /// the file
+        path: PathBuf,
+        /// what the system said
+        error: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for PromoteFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PromoteFailed::Undeclared(name) => write!(f, "the table declares no parameter \"{name}\""),
+            PromoteFailed::Invalid(why) => why.fmt(f),
+            PromoteFailed::Write { path, error } => write!(f, "{}: {error}", path.display()),
+        }
+    }
+}
+
+/// Why `clef tune export` has no table text to print.
+#[derive(Debug)]
+pub enum ExportFailed {
+    /// the table file cannot be read
+    Read {
+        /// the file as shown
+        shown: String,
+        /// what the system said
+        error: std::io::Error,
+    },
+    /// the table file does not load
+    Load(crate::table::LoadError),
+    /// the file of promoted values is unreadable or fails its checks
+    Overlay {
+        /// the table
+        table: String,
+        /// what is wrong with the file
+        detail: String,
+    },
+    /// the table file is not UTF-8
+    NotUtf8 {
+        /// the file as shown
+        shown: String,
+        /// where
+        error: std::str::Utf8Error,
+    },
+    /// the file does not write the value of a promoted parameter where it can be replaced
+    ValueNotFound {
+        /// the file as shown
+        shown: String,
+        /// the parameter
+        name: String,
+    },
+    /// the text with the promoted values does not load
+    ExportDoesNotLoad(crate::table::LoadError),
+    /// the text with the promoted values loads without one of them
+    ValueLost(String),
+}
+
+impl std::fmt::Display for ExportFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExportFailed::Read { shown, error } => write!(f, "{shown}: cannot read the file: {error}"),
+            ExportFailed::Load(e) => e.fmt(f),
+            ExportFailed::Overlay { table, detail } => {
+                write!(f, "the file of promoted values of \"{table}\" {detail}")
+            }
+            ExportFailed::NotUtf8 { shown, error } => write!(f, "{shown}: {error}"),
+            ExportFailed::ValueNotFound { shown, name } => {
+                write!(f, "{shown}: cannot find the value of parameter \"{name}\" in the file")
+            }
+            ExportFailed::ExportDoesNotLoad(e) => write!(f, "the exported table does not load: {e}"),
+            ExportFailed::ValueLost(name) => {
+                write!(f, "the exported table does not hold the promoted value of \"{name}\"")
+            }
+        }
+    }
+}
+
 /// Stores `values` in `folder` as promoted values of `served` (the table as it serves now, maybe
 /// already with promoted values), keeping what the file says for each.
 pub fn promote(
     folder: &Path,
     served: &Table,
     values: &serde_json::Map<String, serde_json::Value>,
-) -> Result<(), String> {
+) -> Result<(), PromoteFailed> {
     let loaded = read(folder, &served.name, served.params.as_ref());
     if let Some(why) = loaded.problem.as_ref().map(|p| &p.detail) {
         log::warn!(
@@ -192,8 +281,7 @@ pub fn promote(
         // the file's value: what an earlier promotion recorded, else what serves now (the file's)
         let file = match overlay.params.get(name) {
             Some(p) => p.file.clone(),
-            None => declared(served.params.as_ref(), name)
-                .ok_or_else(|| format!("the table declares no parameter \"{name}\""))?,
+            None => declared(served.params.as_ref(), name).ok_or_else(|| PromoteFailed::Undeclared(name.clone()))?,
         };
         if same_value(&file, value) {
             overlay.params.remove(name);
@@ -201,22 +289,23 @@ pub fn promote(
             overlay.params.insert(name.clone(), Promoted { file, value: value.clone() });
         }
     }
-    check(&overlay, &served.name, served.params.as_ref())?;
-    let path = path_of(folder, &served.name);
-    write(folder, &served.name, &overlay, served.params.as_ref()).map_err(|e| format!("{}: {e}", path.display()))
+    check(&overlay, &served.name, served.params.as_ref()).map_err(PromoteFailed::Invalid)?;
+    write(folder, &served.name, &overlay, served.params.as_ref())
+        .map_err(|error| PromoteFailed::Write { path: path_of(folder, &served.name), error })
 }
 
 /// The text of the table file at `path` with the promoted values of `folder` written in place
 /// of the file's values (everything else as it is, comments included): what `clef tune export`
 /// prints. The result is loaded again to check it.
-pub fn export(path: &Path, folder: &Path) -> Result<String, String> {
+pub fn export(path: &Path, folder: &Path) -> Result<String, ExportFailed> {
     let shown = path.display().to_string();
-    let bytes = crate::table::read_table_file(path).map_err(|e| format!("{shown}: cannot read the file: {e}"))?;
+    let bytes =
+        crate::table::read_table_file(path).map_err(|error| ExportFailed::Read { shown: shown.clone(), error })?;
     let limits = crate::table::Limits::default();
-    let table = Table::from_bytes(path, &bytes, &limits).map_err(|e| e.to_string())?;
+    let table = Table::from_bytes(path, &bytes, &limits).map_err(ExportFailed::Load)?;
     let loaded = read(folder, &table.name, table.params.as_ref());
     if let Some(why) = loaded.problem {
-        return Err(format!("the file of promoted values of \"{}\" {}", table.name, why.detail));
+        return Err(ExportFailed::Overlay { table: table.name.clone(), detail: why.detail });
     }
     let overlay = loaded.value.unwrap_or_default();
     let (values, _) = applicable(&overlay, table.params.as_ref());
@@ -224,7 +313,7 @@ pub fn export(path: &Path, folder: &Path) -> Result<String, String> {
         Some(rest) => ("\u{feff}", rest),
         None => ("", &bytes[..]),
     };
-    let text = std::str::from_utf8(body).map_err(|e| format!("{shown}: {e}"))?;
+    let text = std::str::from_utf8(body).map_err(|error| ExportFailed::NotUtf8 { shown: shown.clone(), error })?;
     let mut spans = Vec::new();
     for (name, value) in &values {
         let span = match table.kind {
@@ -232,7 +321,7 @@ pub fn export(path: &Path, folder: &Path) -> Result<String, String> {
             TableKind::RuleSet => yaml_value_span(text, name),
             TableKind::Flash | TableKind::FlashCompiled => None,
         }
-        .ok_or_else(|| format!("{shown}: cannot find the value of parameter \"{name}\" in the file"))?;
+        .ok_or_else(|| ExportFailed::ValueNotFound { shown: shown.clone(), name: name.clone() })?;
         spans.push((span, value.to_string()));
     }
     spans.sort_by_key(|(s, _)| std::cmp::Reverse(s.start));
@@ -241,12 +330,11 @@ pub fn export(path: &Path, folder: &Path) -> Result<String, String> {
         out.replace_range(span, &value);
     }
     let out = format!("{bom}{out}");
-    let check = Table::from_bytes(path, out.as_bytes(), &limits)
-        .map_err(|e| format!("the exported table does not load: {e}"))?;
+    let check = Table::from_bytes(path, out.as_bytes(), &limits).map_err(ExportFailed::ExportDoesNotLoad)?;
     for (name, value) in &values {
         let now = declared(check.params.as_ref(), name);
         if !now.as_ref().is_some_and(|v| same_value(v, value)) {
-            return Err(format!("the exported table does not hold the promoted value of \"{name}\""));
+            return Err(ExportFailed::ValueLost(name.clone()));
         }
     }
     Ok(out)

@@ -21,6 +21,7 @@
 //! is reported (log and `GET /health`), not obeyed: its last good copy is, and without one the
 //! tables serve as their files say.
 
+use crate::state_file::CheckFailed;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -54,16 +55,16 @@ impl State {
     /// Whether the state can be what clef saved: names that are not empty, and pins whose
     /// version, file hash, source name and time have the forms clef writes (the source itself
     /// is checked against the version when it is read).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), CheckFailed> {
         let hex =
             |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         for (table, ids) in &self.switches {
             if table.is_empty() || ids.iter().any(String::is_empty) {
-                return Err(format!("the kill switches of table \"{table}\" name an empty table or rule"));
+                return Err(CheckFailed(format!("the kill switches of table \"{table}\" name an empty table or rule")));
             }
         }
         for (table, pin) in &self.pins {
-            let what = |why: &str| format!("the rollback pin of table \"{table}\": {why}");
+            let what = |why: &str| CheckFailed(format!("the rollback pin of table \"{table}\": {why}"));
             if table.is_empty() {
                 return Err(what("no table name"));
             }

@@ -79,19 +79,82 @@ impl Answer {
 }
 
 /// How forwarding ended without an answer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum Unanswered {
     /// the instances tried failed, and local serves the table: decide here
     Local,
-    /// the instances tried failed (why, for the error message)
-    Failed(String),
+    /// the instances tried failed, each for its reason
+    Failed(FailedForwards),
+}
+
+/// The forwards of one request that failed: each instance's id and why.
+#[derive(Debug, Default)]
+pub struct FailedForwards(pub Vec<(String, ForwardError)>);
+
+impl std::fmt::Display for FailedForwards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("nothing to forward to");
+        }
+        for (i, (instance, why)) in self.0.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "; " };
+            write!(f, "{sep}{instance}: {why}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why one forward got no answer clef takes from a peer.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// the exchange failed: no connection, no answer in time, a broken or invalid answer
+    Exchange(ClientError),
+    /// the peer answered a server error
+    Status(u16),
+    /// the answer's body is not UTF-8
+    NotUtf8,
+    /// the answer to one input is not a decision
+    NotADecision,
+    /// a decision came back for a body that is no batch
+    DecisionToNoBatch,
+    /// a line of a batch answer is not a JSON object
+    BatchLineNotAnObject,
+    /// a batch answer with another number of lines than the batch had inputs
+    BatchLines {
+        /// lines answered
+        lines: usize,
+        /// inputs sent
+        inputs: usize,
+    },
+    /// a refusal of a whole batch whose body is not a clef error
+    NotAnError {
+        /// its status
+        status: u16,
+    },
+}
+
+impl std::fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForwardError::Exchange(e) => e.fmt(f),
+            ForwardError::Status(status) => write!(f, "answered {status}"),
+            ForwardError::NotUtf8 => f.write_str("answered a body that is not UTF-8"),
+            ForwardError::NotADecision => f.write_str("answered something that is not a decision"),
+            ForwardError::DecisionToNoBatch => f.write_str("answered a decision to a body that is no batch"),
+            ForwardError::BatchLineNotAnObject => f.write_str("answered a batch line that is not a JSON object"),
+            ForwardError::BatchLines { lines, inputs } => {
+                write!(f, "answered {lines} lines to a batch of {inputs} inputs")
+            }
+            ForwardError::NotAnError { status } => write!(f, "answered {status} with a body that is not a clef error"),
+        }
+    }
 }
 
 /// Forwards `out` as `plan` (a [`Plan::Forward`]) says: the first instance, then the retry
 /// instance, then local when it serves the table.
 pub fn run(router: &Router, plan: &Plan, out: &Outgoing<'_>) -> Result<Answer, Unanswered> {
     let Plan::Forward { first, retry, local_serves } = plan else {
-        return Err(Unanswered::Failed("nothing to forward to".into()));
+        return Err(Unanswered::Failed(FailedForwards::default()));
     };
     let request = encode(router, out);
     let shape = match out.endpoint {
@@ -102,18 +165,13 @@ pub fn run(router: &Router, plan: &Plan, out: &Outgoing<'_>) -> Result<Answer, U
                 .map(|mut inputs| std::iter::from_fn(|| inputs.next(out.body)).map(|(line, _)| line).collect()),
         ),
     };
-    let mut why = String::new();
+    let mut why = FailedForwards::default();
     let mut target = Some(*first);
     let mut attempt = 0;
     while let Some(t) = target {
         match attempt_once(router, t, attempt > 0, &request, &shape) {
             Ok(answer) => return Ok(answer),
-            Err(e) => {
-                if !why.is_empty() {
-                    why.push_str("; ");
-                }
-                why.push_str(&format!("{}: {e}", router.instance_id(t.index)));
-            }
+            Err(e) => why.0.push((router.instance_id(t.index).to_string(), e)),
         }
         attempt += 1;
         // looked up now: the coroutine may run on another worker, with a newer table
@@ -126,14 +184,20 @@ pub fn run(router: &Router, plan: &Plan, out: &Outgoing<'_>) -> Result<Answer, U
 }
 
 /// One forward to `target`, counted in its figures.
-fn attempt_once(router: &Router, target: Target, retry: bool, request: &[u8], shape: &Shape) -> Result<Answer, String> {
+fn attempt_once(
+    router: &Router,
+    target: Target,
+    retry: bool,
+    request: &[u8],
+    shape: &Shape,
+) -> Result<Answer, ForwardError> {
     let guard = router.begin_forward(target, retry);
     let deadline = Instant::now() + Duration::from_millis(router.config.forward_timeout_ms);
     let key = (router.uid << 32) | u64::from(target.index);
     let result = client::exchange_pooled(key, target.addr, request, deadline, MAX_ANSWER_BYTES, |reply| {
         accept(router, target.index, reply, shape)
     });
-    match result.map_err(|e: ClientError| e.to_string()).and_then(|answer| answer) {
+    match result.map_err(ForwardError::Exchange).and_then(|answer| answer) {
         Ok(answer) => {
             guard.succeeded();
             Ok(answer)
@@ -186,22 +250,18 @@ enum Shape {
 }
 
 /// Turns a peer's answer into ours: 2xx and 4xx are answers; anything else fails the attempt.
-fn accept(router: &Router, index: u32, x: client::Reply<'_>, shape: &Shape) -> Result<Answer, String> {
+fn accept(router: &Router, index: u32, x: client::Reply<'_>, shape: &Shape) -> Result<Answer, ForwardError> {
     if x.status >= 500 {
-        return Err(format!("answered {}", x.status));
+        return Err(ForwardError::Status(x.status));
     }
-    let body = std::str::from_utf8(x.body).map_err(|_| "answered a body that is not UTF-8".to_string())?;
+    let body = std::str::from_utf8(x.body).map_err(|_| ForwardError::NotUtf8)?;
     let id = router.instance_id(index);
     let refused = x.status >= 300;
     let (status, body, content_type) = match shape {
         // passed through as the peer wrote it
         Shape::Decision | Shape::Batch(None) if refused => (x.status, body.to_string(), "application/json"),
-        Shape::Decision => (
-            x.status,
-            rename_instance(body, id).ok_or("answered something that is not a decision")?,
-            "application/json",
-        ),
-        Shape::Batch(None) => return Err("answered a decision to a body that is no batch".into()),
+        Shape::Decision => (x.status, rename_instance(body, id).ok_or(ForwardError::NotADecision)?, "application/json"),
+        Shape::Batch(None) => return Err(ForwardError::DecisionToNoBatch),
         Shape::Batch(Some(inputs)) if refused => {
             (200, refusal_per_line(x.status, body, inputs)?, "application/x-ndjson")
         }
@@ -209,12 +269,12 @@ fn accept(router: &Router, index: u32, x: client::Reply<'_>, shape: &Shape) -> R
             let mut out = String::with_capacity(body.len() + 16 * inputs.len());
             let mut lines = 0;
             for line in body.lines().filter(|l| !l.trim().is_empty()) {
-                out.push_str(&rename_instance(line, id).ok_or("answered a batch line that is not a JSON object")?);
+                out.push_str(&rename_instance(line, id).ok_or(ForwardError::BatchLineNotAnObject)?);
                 out.push('\n');
                 lines += 1;
             }
             if lines != inputs.len() {
-                return Err(format!("answered {lines} lines to a batch of {} inputs", inputs.len()));
+                return Err(ForwardError::BatchLines { lines, inputs: inputs.len() });
             }
             (x.status, out, "application/x-ndjson")
         }
@@ -224,7 +284,7 @@ fn accept(router: &Router, index: u32, x: client::Reply<'_>, shape: &Shape) -> R
 
 /// A peer's refusal of a whole batch (`{"error": {"code", "message"}}`) as the error of each
 /// input, on its line: `{"error": {…}, "line": N}`.
-fn refusal_per_line(status: u16, body: &str, inputs: &[usize]) -> Result<String, String> {
+fn refusal_per_line(status: u16, body: &str, inputs: &[usize]) -> Result<String, ForwardError> {
     #[derive(serde::Deserialize)]
     struct Refusal {
         error: Error,
@@ -234,8 +294,7 @@ fn refusal_per_line(status: u16, body: &str, inputs: &[usize]) -> Result<String,
         code: String,
         message: String,
     }
-    let refusal: Refusal =
-        serde_json::from_str(body).map_err(|_| format!("answered {status} with a body that is not a clef error"))?;
+    let refusal: Refusal = serde_json::from_str(body).map_err(|_| ForwardError::NotAnError { status })?;
     let mut out = String::with_capacity(inputs.len() * (body.len() + 16));
     for &line in inputs {
         crate::render::write_line_error(&refusal.error.code, &refusal.error.message, line, &mut out);

@@ -15,7 +15,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::client::{self, Exchange};
+use super::client::{self, ClientError, Exchange};
 use super::Router;
 
 /// How often the prober looks at forward failures and probe results.
@@ -47,7 +47,7 @@ pub(crate) fn spawn(router: Arc<Router>) {
 }
 
 fn run(router: &Router) {
-    let (tx, rx) = crossbeam::channel::unbounded::<(usize, Result<Health, String>)>();
+    let (tx, rx) = crossbeam::channel::unbounded::<(usize, Result<Health, ProbeError>)>();
     let interval = Duration::from_millis(router.config.health.interval_ms);
     let timeout = Duration::from_millis(router.config.health.timeout_ms);
     let mut next_round = Instant::now();
@@ -69,7 +69,7 @@ fn run(router: &Router) {
                 let addr = match resolve(text) {
                     Ok(a) => a,
                     Err(e) => {
-                        unresolved.push((i, Err(format!("cannot resolve {text}: {e}"))));
+                        unresolved.push((i, Err(ProbeError::Unresolved { name: text.clone(), error: e })));
                         continue;
                     }
                 };
@@ -113,21 +113,53 @@ fn resolve(text: &str) -> std::io::Result<SocketAddr> {
     text.to_socket_addrs()?.next().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))
 }
 
+/// Why a probe found an instance not ready for requests.
+#[derive(Debug)]
+pub enum ProbeError {
+    /// the instance's address names no address now
+    Unresolved {
+        /// the address as configured
+        name: String,
+        /// why it did not resolve
+        error: std::io::Error,
+    },
+    /// the exchange failed: no connection, no answer in time, a broken or invalid answer
+    Exchange(ClientError),
+    /// `/health` answered with this status, not 200
+    Status(u16),
+    /// `/health` answered something that is not clef's health (serde's reason)
+    NotClef(String),
+    /// `/health` says this status, not `ok` or `degraded` (`draining`)
+    Says(String),
+}
+
+impl std::fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeError::Unresolved { name, error } => write!(f, "cannot resolve {name}: {error}"),
+            ProbeError::Exchange(e) => e.fmt(f),
+            ProbeError::Status(status) => write!(f, "/health answered {status}"),
+            ProbeError::NotClef(why) => write!(f, "/health answered something else than clef's: {why}"),
+            ProbeError::Says(status) => write!(f, "/health says {status}"),
+        }
+    }
+}
+
 /// Asks `addr` for `/health` within `timeout` (connect and answer together).
-pub(crate) fn probe(addr: SocketAddr, host: &str, timeout: Duration) -> Result<Health, String> {
+pub(crate) fn probe(addr: SocketAddr, host: &str, timeout: Duration) -> Result<Health, ProbeError> {
     let started = Instant::now();
     let deadline = started + timeout;
     let request = format!("GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     let answer =
-        client::exchange_fresh(addr, request.as_bytes(), deadline, MAX_HEALTH_BYTES).map_err(|e| e.to_string())?;
+        client::exchange_fresh(addr, request.as_bytes(), deadline, MAX_HEALTH_BYTES).map_err(ProbeError::Exchange)?;
     let latency = started.elapsed();
     parse_health(&answer, latency)
 }
 
 /// Reads a `/health` answer: status `ok` or `degraded` is healthy; `draining` (503) is not.
-fn parse_health(answer: &Exchange, latency: Duration) -> Result<Health, String> {
+fn parse_health(answer: &Exchange, latency: Duration) -> Result<Health, ProbeError> {
     if answer.status != 200 {
-        return Err(format!("/health answered {}", answer.status));
+        return Err(ProbeError::Status(answer.status));
     }
     #[derive(serde::Deserialize)]
     struct Body {
@@ -139,10 +171,9 @@ fn parse_health(answer: &Exchange, latency: Duration) -> Result<Health, String> 
         #[serde(default)]
         load: f64,
     }
-    let body: Body = serde_json::from_slice(&answer.body)
-        .map_err(|e| format!("/health answered something else than clef's: {e}"))?;
+    let body: Body = serde_json::from_slice(&answer.body).map_err(|e| ProbeError::NotClef(e.to_string()))?;
     if body.status != "ok" && body.status != "degraded" {
-        return Err(format!("/health says {}", body.status));
+        return Err(ProbeError::Says(body.status));
     }
     let tables = body.tables.into_iter().map(|(name, v)| (name, v.as_str().unwrap_or_default().to_string())).collect();
     Ok(Health { load: body.load.clamp(0.0, 1.0), inflight: body.inflight, tables, latency })

@@ -129,7 +129,13 @@ impl Control {
     }
 
     /// Applies a probe's result to instance `index`.
-    pub fn apply_probe(&mut self, router: &Router, index: usize, result: Result<Health, String>, now: Instant) {
+    pub fn apply_probe(
+        &mut self,
+        router: &Router,
+        index: usize,
+        result: Result<Health, super::probe::ProbeError>,
+        now: Instant,
+    ) {
         if index == router.local {
             return;
         }
@@ -166,7 +172,7 @@ impl Control {
             Err(error) => {
                 p.probes_failed += 1;
                 p.latency = None;
-                p.last_error = Some(error);
+                p.last_error = Some(error.to_string());
                 p.oks_in_row = 0;
                 self.failed(router, index, 1, now);
             }

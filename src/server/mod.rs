@@ -236,31 +236,59 @@ impl ConnObserver for Observer<'_> {
     }
 }
 
+/// Why the server cannot start: a subsystem cannot keep its files.
+#[derive(Debug)]
+pub enum StartError {
+    /// the snapshot recorder cannot write in `snapshots.dir`
+    Snapshots {
+        /// the folder
+        dir: std::path::PathBuf,
+        /// what the system said
+        error: std::io::Error,
+    },
+    /// tuning cannot keep its state in `state_dir`
+    Tuning {
+        /// the folder
+        state_dir: std::path::PathBuf,
+        /// what the system said
+        error: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Snapshots { dir, error } => write!(
+                f,
+                "cannot record snapshots in {} (snapshots.dir): {error}; fix the folder or set snapshots.enabled: false",
+                dir.display()
+            ),
+            StartError::Tuning { state_dir, error } => write!(
+                f,
+                "cannot keep tuning state in {} (state_dir): {error}; fix the folder or set tuning.enabled: false",
+                state_dir.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
 impl App {
     /// Everything `clef serve` answers with, from its configuration: the snapshot recorder
     /// and the tuner started, the tables loaded (a table that fails to load is in the
     /// outcomes, not an error). Err: the recorder or the tuner cannot keep their files, with
     /// what to do about it. No thread serves yet; [`run`] starts them.
-    pub fn open(loaded: &Loaded) -> Result<(App, Reloaded), String> {
+    pub fn open(loaded: &Loaded) -> Result<(App, Reloaded), StartError> {
         let cfg = &loaded.config;
         let sources = table_sources(loaded);
         let started = Instant::now();
         let recorder = match cfg.snapshots.enabled.then(|| Recorder::start(&cfg.snapshots)).transpose() {
             Ok(r) => r,
-            Err(e) => {
-                return Err(format!(
-                "cannot record snapshots in {} (snapshots.dir): {e}; fix the folder or set snapshots.enabled: false",
-                cfg.snapshots.dir.display()
-            ))
-            }
+            Err(error) => return Err(StartError::Snapshots { dir: cfg.snapshots.dir.clone(), error }),
         };
         let tuner = match cfg.tuning.active().then(|| crate::tuning::Tuner::new(&cfg.tuning, &loaded.state_dir)) {
-            Some(Err(e)) => {
-                return Err(format!(
-                    "cannot keep tuning state in {} (state_dir): {e}; fix the folder or set tuning.enabled: false",
-                    loaded.state_dir.display()
-                ))
-            }
+            Some(Err(error)) => return Err(StartError::Tuning { state_dir: loaded.state_dir.clone(), error }),
             tuner => tuner.and_then(Result::ok),
         };
         let (registry, loaded_tables) = Registry::open_in(sources, Some(loaded.state_dir.clone()));

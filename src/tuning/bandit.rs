@@ -25,6 +25,7 @@
 // Indexes are arm numbers below the posteriors' length, which the caller built.
 #![allow(clippy::indexing_slicing)]
 
+use crate::state_file::CheckFailed;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Beta, Distribution, Normal, StudentT};
@@ -68,7 +69,7 @@ impl ArmStats {
     /// Whether these sums can come from `samples` rewards of `model`: finite, a sum of squares
     /// that is not negative and not below what the sum forces (Cauchy–Schwarz), and for 0/1
     /// rewards a whole number of successes, at most `samples`, equal to its sum of squares.
-    pub fn check(&self, model: RewardModel) -> Result<(), String> {
+    pub fn check(&self, model: RewardModel) -> Result<(), CheckFailed> {
         let n = self.samples as f64;
         let (sum, sum_sq) = (self.sum, self.sum_sq);
         let slack = 1e-9 * (1.0 + sum_sq.abs() * n.max(1.0));
@@ -82,11 +83,11 @@ impl ArmStats {
         if possible && binary_ok {
             Ok(())
         } else {
-            Err(format!(
+            Err(CheckFailed(format!(
                 "{} rewards cannot add up to a sum of {sum} and a sum of squares of {sum_sq}{}",
                 self.samples,
                 if model == RewardModel::Binary { " (each 0 or 1)" } else { "" }
-            ))
+            )))
         }
     }
 

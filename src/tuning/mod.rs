@@ -226,7 +226,7 @@ impl std::fmt::Display for PromoteError {
 impl Tuner {
     /// The tuner of `config`, keeping its files in `state_dir/tuning/` (the tagging key is read
     /// from there, or made and saved).
-    pub fn new(config: &TuningConfig, state_dir: &Path) -> Result<Tuner, String> {
+    pub fn new(config: &TuningConfig, state_dir: &Path) -> std::io::Result<Tuner> {
         let folder = state::folder(state_dir);
         let key_path = folder.join("key.json");
         let key = match state::read_json::<[u64; 2]>(&key_path) {
@@ -236,9 +236,9 @@ impl Tuner {
                     log::warn!("tuning: {e}; making a new key (feedback for decisions made before is refused)");
                 }
                 let k = [random_u64(), random_u64()];
-                let text = serde_json::to_vec(&k).map_err(|e| e.to_string())?;
+                let text = serde_json::to_vec(&k)?;
                 crate::files::write_atomically(&key_path, &text)
-                    .map_err(|e| format!("cannot write {}: {e}", key_path.display()))?;
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", key_path.display())))?;
                 k
             }
         };
@@ -749,7 +749,8 @@ impl Tuner {
         let arm = &state.arms[chosen + 1];
         let live = self.tables[slot].live.load_full();
         let Some(live) = live else { return Err(PromoteError::NotTuned(format!("table \"{table}\" is not loaded"))) };
-        overlay::promote(&overlay_folder(&self.folder), &live.baseline, &arm.params).map_err(PromoteError::Io)?;
+        overlay::promote(&overlay_folder(&self.folder), &live.baseline, &arm.params)
+            .map_err(|e| PromoteError::Io(e.to_string()))?;
         if let Some(t) = self.ledger.lock().tables[slot].as_mut() {
             t.promoted = true;
         }

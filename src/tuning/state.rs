@@ -9,6 +9,7 @@
 // Arm indexes come from the arms this state was built with (same length, checked on load).
 #![allow(clippy::indexing_slicing)]
 
+use crate::state_file::CheckFailed;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -50,17 +51,17 @@ impl TableState {
     /// Whether these rewards can be what tuning saved for `table` (declaring `params`, when
     /// known): the baseline first and arm ids unique, each arm's values passing the table's
     /// declarations as its loader checks them, and sums that rewards can add up to.
-    pub fn check(&self, table: &str, params: Option<&serde_json::Value>) -> Result<(), String> {
+    pub fn check(&self, table: &str, params: Option<&serde_json::Value>) -> Result<(), CheckFailed> {
         if self.table != table {
-            return Err(format!("they are the rewards of table \"{}\", not \"{table}\"", self.table));
+            return Err(CheckFailed(format!("they are the rewards of table \"{}\", not \"{table}\"", self.table)));
         }
         if self.arms.first().is_none_or(|a| a.id != "baseline") {
-            return Err("the first arm is not the baseline".into());
+            return Err(CheckFailed("the first arm is not the baseline".into()));
         }
         let mut ids = BTreeSet::new();
         for arm in &self.arms {
             if !ids.insert(arm.id.as_str()) {
-                return Err(format!("arm \"{}\" is listed twice", arm.id));
+                return Err(CheckFailed(format!("arm \"{}\" is listed twice", arm.id)));
             }
             for (name, value) in &arm.params {
                 let Some(decl) = params.and_then(|p| p.get(name)) else { continue };
@@ -68,9 +69,9 @@ impl TableState {
                 if let Some(d) = with_value.as_object_mut() {
                     d.insert("value".into(), value.clone());
                 }
-                Tunable::read(name, &with_value).map_err(|e| format!("arm \"{}\": {e}", arm.id))?;
+                Tunable::read(name, &with_value).map_err(|e| CheckFailed(format!("arm \"{}\": {e}", arm.id)))?;
             }
-            arm.stats.check(self.model).map_err(|e| format!("arm \"{}\": {e}", arm.id))?;
+            arm.stats.check(self.model).map_err(|e| CheckFailed(format!("arm \"{}\": {e}", arm.id)))?;
         }
         Ok(())
     }
