@@ -131,7 +131,7 @@ pub struct Example {
     /// the rule now (`None`: no rule matched)
     pub replayed_rule: Option<String>,
     /// the action now (raw JSON), or the error code when the table refused the input
-    pub replayed_action: Result<String, String>,
+    pub replayed_action: Result<String, &'static str>,
     /// with `--against`, on the second table: the table changes that explain it (empty: none does)
     pub causes: Option<Vec<String>>,
 }
@@ -253,14 +253,37 @@ impl BudgetBasis {
     }
 }
 
+/// Why a replay could not run.
+#[derive(Debug)]
+pub enum ReplayError {
+    /// a cost budget that is not a number of microseconds above 0
+    CostBudget(f64),
+    /// a table to replay with does not load
+    Table(crate::table::LoadError),
+    /// the snapshots cannot be read
+    Snapshots(std::io::Error),
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::CostBudget(budget) => write!(
+                f,
+                "the cost budget must be a number of microseconds above 0, not {budget}; leave it out to judge by \
+                 what the recorded decisions cost"
+            ),
+            ReplayError::Table(e) => e.fmt(f),
+            ReplayError::Snapshots(e) => write!(f, "cannot read the snapshots: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
 /// Replays the snapshots in `paths` as `options` say.
-pub fn run(paths: &[PathBuf], options: &Options) -> Result<Report, String> {
+pub fn run(paths: &[PathBuf], options: &Options) -> Result<Report, ReplayError> {
     if options.cost_budget_us.is_nan() || options.cost_budget_us < 0.0 {
-        return Err(format!(
-            "the cost budget must be a number of microseconds above 0, not {}; leave it out to judge by what the \
-             recorded decisions cost",
-            options.cost_budget_us
-        ));
+        return Err(ReplayError::CostBudget(options.cost_budget_us));
     }
     let started = Instant::now();
     let limits = Limits::default();
@@ -271,7 +294,7 @@ pub fn run(paths: &[PathBuf], options: &Options) -> Result<Report, String> {
         lanes.push(Lane::load(t2, &limits, Some(reference))?);
     }
     let diff = attribute_changes(&mut lanes);
-    let mut reader = SnapshotReader::open(paths).map_err(|e| format!("cannot read the snapshots: {e}"))?;
+    let mut reader = SnapshotReader::open(paths).map_err(ReplayError::Snapshots)?;
     let name_json = {
         let mut s = String::new();
         write_json_string(&lanes[0].base.name, &mut s);
@@ -434,8 +457,8 @@ fn declared_values(table: &Table) -> BTreeMap<String, Json> {
 impl Lane {
     /// The lane of the table file at `path`; `reference`: the first table's values, for a
     /// second table.
-    fn load(path: &Path, limits: &Limits, reference: Option<BTreeMap<String, Json>>) -> Result<Lane, String> {
-        let table = Table::load(path, limits).map_err(|e| e.to_string())?;
+    fn load(path: &Path, limits: &Limits, reference: Option<BTreeMap<String, Json>>) -> Result<Lane, ReplayError> {
+        let table = Table::load(path, limits).map_err(ReplayError::Table)?;
         let file_values = declared_values(&table);
         let scored = Scored::new(&table);
         Ok(Lane {
@@ -688,7 +711,7 @@ impl Scored {
             recorded_rule: was.clone(),
             recorded_action: recorded_action.unwrap_or("null").to_string(),
             replayed_rule: now.clone(),
-            replayed_action: now_action.map(str::to_string).map_err(str::to_string),
+            replayed_action: now_action.map(str::to_string),
             causes: causes.clone(),
         };
         let mut note = |rule: Option<String>, lost: bool, gained: bool| {

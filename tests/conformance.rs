@@ -29,7 +29,7 @@ fn env_for(case: &Json) -> Result<Env, String> {
         let mut s = Schema::default();
         for (field, t) in schema {
             // A type that is not a string is an unknown type name, as in a table file.
-            s.declare(field, t.as_str().unwrap_or_default())?;
+            s.declare(field, t.as_str().unwrap_or_default()).map_err(|e| e.to_string())?;
         }
         if let Some((_, problem)) = s.path_problems().into_iter().next() {
             return Err(problem);

@@ -93,7 +93,7 @@ pub fn run(paths: &[PathBuf]) -> i32 {
     for files in super::table_groups(paths).into_iter().flatten().filter(|files| files.len() > 1) {
         if let Err(problem) = super::served_file(&files) {
             let shown = files.first().map(|f| f.display().to_string()).unwrap_or_default();
-            eprintln!("{}", Diagnostic::whole_file(&shown, problem));
+            eprintln!("{}", Diagnostic::whole_file(&shown, problem.summary));
             tally.conflicts += 1;
         }
     }

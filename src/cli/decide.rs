@@ -16,8 +16,8 @@ pub fn run(table_path: &Path, input: Option<&Path>, explain: bool) -> i32 {
     };
     let body = match read_input(input) {
         Ok(b) => b,
-        Err(msg) => {
-            eprintln!("error: {msg}");
+        Err((what, e)) => {
+            eprintln!("error: cannot read {what}: {e}");
             return 2;
         }
     };
@@ -36,12 +36,14 @@ pub fn run(table_path: &Path, input: Option<&Path>, explain: bool) -> i32 {
     }
 }
 
-fn read_input(input: Option<&Path>) -> Result<Vec<u8>, String> {
+/// The input of `clef decide`: the file named, or standard input. `Err` names what could not be
+/// read (`stdin` or the file) and why.
+fn read_input(input: Option<&Path>) -> Result<Vec<u8>, (String, std::io::Error)> {
     match input {
-        Some(p) if p != Path::new("-") => std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display())),
+        Some(p) if p != Path::new("-") => std::fs::read(p).map_err(|e| (p.display().to_string(), e)),
         _ => {
             let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("cannot read stdin: {e}"))?;
+            std::io::stdin().read_to_end(&mut buf).map_err(|e| ("stdin".to_string(), e))?;
             Ok(buf)
         }
     }

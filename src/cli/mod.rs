@@ -286,15 +286,33 @@ pub(crate) fn tables_in(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> 
     Ok(out)
 }
 
+/// A folder named on the command line that gives no table.
+#[derive(Debug)]
+pub(crate) enum FolderError {
+    /// it holds no table file
+    Empty(PathBuf),
+    /// it cannot be listed
+    Unreadable(PathBuf, std::io::Error),
+}
+
+impl std::fmt::Display for FolderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FolderError::Empty(p) => write!(f, "{}: no tables in this folder", p.display()),
+            FolderError::Unreadable(p, e) => write!(f, "{}: cannot read the folder: {e}", p.display()),
+        }
+    }
+}
+
 /// Expands folders to the tables they hold.
-pub(crate) fn expand(paths: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
+pub(crate) fn expand(paths: &[PathBuf]) -> Vec<Result<PathBuf, FolderError>> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
             match tables_in(p) {
-                Ok(list) if list.is_empty() => out.push(Err(format!("{}: no tables in this folder", p.display()))),
+                Ok(list) if list.is_empty() => out.push(Err(FolderError::Empty(p.clone()))),
                 Ok(list) => out.extend(list.into_iter().map(Ok)),
-                Err(e) => out.push(Err(format!("{}: cannot read the folder: {e}", p.display()))),
+                Err(e) => out.push(Err(FolderError::Unreadable(p.clone(), e))),
             }
         } else {
             out.push(Ok(p.clone()));
@@ -307,9 +325,9 @@ pub(crate) fn expand(paths: &[PathBuf]) -> Vec<Result<PathBuf, String>> {
 /// folder: by folder and table name. A named flash file brings the other half of its pair
 /// (`NAME.flash.json` beside `NAME.cfb`) when it exists, as the server would find both. Groups
 /// keep the order of `paths`; an entry that is not a table file (a tests file) is its own group.
-pub(crate) fn table_groups(paths: &[PathBuf]) -> Vec<Result<Vec<PathBuf>, String>> {
+pub(crate) fn table_groups(paths: &[PathBuf]) -> Vec<Result<Vec<PathBuf>, FolderError>> {
     use crate::table::{table_name, TableKind};
-    let mut groups: Vec<Result<Vec<PathBuf>, String>> = Vec::new();
+    let mut groups: Vec<Result<Vec<PathBuf>, FolderError>> = Vec::new();
     let key = |p: &Path| (p.parent().map(Path::to_path_buf), table_name(p));
     for entry in expand(paths) {
         let path = match entry {
@@ -351,12 +369,12 @@ pub(crate) fn table_groups(paths: &[PathBuf]) -> Vec<Result<Vec<PathBuf>, String
 
 /// What the server would make of each group of [`table_groups`]: the one file it serves, or
 /// the error naming the files when they cannot make one table (`registry::pick`).
-pub(crate) fn served_file(group: &[PathBuf]) -> Result<PathBuf, String> {
+pub(crate) fn served_file(group: &[PathBuf]) -> Result<PathBuf, crate::registry::TableError> {
     match group {
         [one] => Ok(one.clone()),
         _ => {
             let name = group.first().map(|p| crate::table::table_name(p)).unwrap_or_default();
-            crate::registry::pick(&name, group).map(|(path, _)| path).map_err(|e| e.summary)
+            crate::registry::pick(&name, group).map(|(path, _)| path)
         }
     }
 }

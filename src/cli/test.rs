@@ -286,7 +286,7 @@ pub fn run(paths: &[PathBuf], coverage: bool) -> i32 {
             Ok((Ok(p), _)) => p,
             Ok((Err(problem), files)) => {
                 let shown = files.first().map(|f| f.display().to_string()).unwrap_or_default();
-                eprintln!("{}", Diagnostic::whole_file(&shown, problem));
+                eprintln!("{}", Diagnostic::whole_file(&shown, problem.summary));
                 errors += 1;
                 continue;
             }

@@ -107,6 +107,69 @@ pub struct Store {
     dir: PathBuf,
 }
 
+/// The file of kill switches and rollback pins and its last good copy both fail (what the
+/// state-file check said, after the path).
+#[derive(Debug)]
+pub struct StateUnreadable {
+    /// the state file
+    pub path: PathBuf,
+    /// what is wrong with it and its copy
+    pub detail: String,
+}
+
+impl std::fmt::Display for StateUnreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.path.display(), self.detail)
+    }
+}
+
+impl std::error::Error for StateUnreadable {}
+
+/// Why the version a rollback pin names cannot serve again.
+#[derive(Debug)]
+pub enum PinSourceError {
+    /// the pin names something that is not a file name in `pins/`
+    NotAFileName(String),
+    /// its kept source cannot be read
+    Read {
+        /// the kept source
+        path: PathBuf,
+        /// what the system said
+        error: io::Error,
+    },
+    /// its kept source is another version
+    OtherVersion {
+        /// the kept source
+        path: PathBuf,
+        /// the version it holds
+        holds: String,
+        /// the version pinned
+        pinned: String,
+    },
+    /// there is no state folder: the source was kept in memory only
+    NotKept,
+    /// the kept source does not load (the load error's summary)
+    DoesNotLoad(String),
+}
+
+impl std::fmt::Display for PinSourceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PinSourceError::NotAFileName(source) => {
+                write!(f, "the pin names {source:?}, which is not a file name in {PINS_DIR}/")
+            }
+            PinSourceError::Read { path, error } => write!(f, "cannot read {}: {error}", path.display()),
+            PinSourceError::OtherVersion { path, holds, pinned } => {
+                write!(f, "{} holds version {holds}, not the pinned {pinned}", path.display())
+            }
+            PinSourceError::NotKept => f.write_str("its source was kept in memory only"),
+            PinSourceError::DoesNotLoad(summary) => f.write_str(summary),
+        }
+    }
+}
+
+impl std::error::Error for PinSourceError {}
+
 impl Store {
     /// The store in `dir` (created on the first write).
     pub fn new(dir: PathBuf) -> Store {
@@ -127,7 +190,7 @@ impl Store {
     /// neither the file nor its last good copy can be read and pass [`State::check`]. A file
     /// that fails while its last good copy passes gives that copy; either failure is logged
     /// and reported for `GET /health` (see [`crate::state_file`]).
-    pub fn load(&self) -> Result<State, String> {
+    pub fn load(&self) -> Result<State, StateUnreadable> {
         let path = self.state_path();
         let loaded = crate::state_file::load(&path, MAX_STATE_BYTES, State::check);
         let Some(why) = loaded.problem else {
@@ -154,7 +217,7 @@ impl Store {
                 log::error!("{} {}", path.display(), why.detail);
                 Ok(state)
             }
-            None => Err(format!("{} {}", path.display(), why.detail)),
+            None => Err(StateUnreadable { path, detail: why.detail }),
         }
     }
 
@@ -186,20 +249,20 @@ impl Store {
     }
 
     /// The source of a pinned version, checked to be that version.
-    pub fn read_pin_source(&self, pin: &Pin) -> Result<Vec<u8>, String> {
+    pub fn read_pin_source(&self, pin: &Pin) -> Result<Vec<u8>, PinSourceError> {
         let plain = !pin.source.is_empty()
             && !pin.source.starts_with('.')
             && !pin.source.contains(['/', '\\'])
             && Path::new(&pin.source).file_name().is_some();
         if !plain {
-            return Err(format!("the pin names {:?}, which is not a file name in {PINS_DIR}/", pin.source));
+            return Err(PinSourceError::NotAFileName(pin.source.clone()));
         }
         let path = self.dir.join(PINS_DIR).join(&pin.source);
         let bytes = crate::files::read_limited(&path, crate::table::MAX_TABLE_BYTES)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            .map_err(|error| PinSourceError::Read { path: path.clone(), error })?;
         let version = crate::table::version_of(&bytes);
         if version != pin.version {
-            return Err(format!("{} holds version {version}, not the pinned {}", path.display(), pin.version));
+            return Err(PinSourceError::OtherVersion { path, holds: version, pinned: pin.version.clone() });
         }
         Ok(bytes)
     }
@@ -260,7 +323,7 @@ mod tests {
         std::fs::write(store.state_path(), r#"{"format": 9, "switches": {"t": ["a"]}, "params": {"t": {}}}"#).unwrap();
         assert_eq!(store.load().unwrap().switches["t"].len(), 1);
         std::fs::write(store.state_path(), b"{\"switches\": {\"t\": [").unwrap();
-        let e = store.load().unwrap_err();
+        let e = store.load().unwrap_err().to_string();
         assert!(e.contains("registry.json") && e.contains("is not valid"), "{e}");
         assert_eq!(store.set_aside(), Some(dir.path().join("registry.json.corrupt")));
         assert_eq!(store.load().unwrap(), State::default());
@@ -291,9 +354,9 @@ mod tests {
         let mut p = pin(&version, &name);
         assert_eq!(store.read_pin_source(&p).unwrap(), b"v1");
         std::fs::write(dir.path().join(PINS_DIR).join(&name), b"v2").unwrap();
-        assert!(store.read_pin_source(&p).unwrap_err().contains("not the pinned"));
+        assert!(store.read_pin_source(&p).unwrap_err().to_string().contains("not the pinned"));
         p.source = "../registry.json".into();
-        assert!(store.read_pin_source(&p).unwrap_err().contains("not a file name"));
+        assert!(store.read_pin_source(&p).unwrap_err().to_string().contains("not a file name"));
         store.save(&State::default()).unwrap();
         assert!(!dir.path().join(PINS_DIR).join(&name).exists(), "an unused source is removed");
     }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 use crossbeam::channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::state::{Pin, State, Store};
+use super::state::{Pin, PinSourceError, State, Store};
 use super::{
     pick, Entry, FailureKind, Outcome, Reloaded, RollbackError, RolledBack, Sources, SwitchError, Switched, TableError,
     Tables, KEPT_VERSIONS, MISSING_GRACE,
@@ -522,14 +522,16 @@ impl Writer {
 
     /// The table a pin serves: the one serving already, or (after a restart) built again from
     /// the source kept in `state_dir`.
-    fn pinned_table(&self, pin: &Pin, current: Option<&Arc<Table>>) -> Result<Arc<Table>, String> {
+    fn pinned_table(&self, pin: &Pin, current: Option<&Arc<Table>>) -> Result<Arc<Table>, PinSourceError> {
         if let Some(c) = current.filter(|c| c.file_version == pin.version && c.path == pin.path) {
             return Ok(c.clone());
         }
-        let store = self.store.as_ref().ok_or("its source was kept in memory only")?;
+        let store = self.store.as_ref().ok_or(PinSourceError::NotKept)?;
         let bytes = store.read_pin_source(pin)?;
         let digest = crate::table::file_digest(&bytes);
-        build(&pin.path, &bytes, digest, &self.sources).map(Arc::new).map_err(|e| e.summary())
+        build(&pin.path, &bytes, digest, &self.sources)
+            .map(Arc::new)
+            .map_err(|e| PinSourceError::DoesNotLoad(e.summary()))
     }
 
     // -----------------------------------------------------------------------------------------

@@ -150,6 +150,12 @@ impl ApiError for InputError {
     }
 }
 
+impl ApiError for crate::authz::UnknownProxy {
+    fn error_code(&self) -> ErrorCode {
+        ErrorCode::InvalidHeader
+    }
+}
+
 impl ApiError for Refusal {
     fn error_code(&self) -> ErrorCode {
         match self {

@@ -516,30 +516,75 @@ fn close_listeners(app: &App, listeners: Vec<Listening>, deadline: Instant) {
 
 /// Binds the decision listener and the admin listener (unless `admin.listen` is empty),
 /// each owning its port; an admin address that overlaps the decision listener is refused.
-fn bind_listeners(app: &Arc<App>, main_addr: &str, admin_addr: &str) -> Result<(Listening, Option<Listening>), String> {
-    let main_at = socket::resolve(main_addr).map_err(|e| format!("cannot listen on {main_addr}: {e}"))?;
+fn bind_listeners(
+    app: &Arc<App>,
+    main_addr: &str,
+    admin_addr: &str,
+) -> Result<(Listening, Option<Listening>), BindError> {
+    fn cannot(listener: Listener, address: &str, resolving: bool) -> impl FnOnce(std::io::Error) -> BindError + '_ {
+        move |error| BindError::Cannot { listener, address: address.to_string(), resolving, error }
+    }
+    let main_at = socket::resolve(main_addr).map_err(cannot(Listener::Main, main_addr, true))?;
     let admin_at = if admin_addr.is_empty() {
         None
     } else {
-        let at = socket::resolve(admin_addr)
-            .map_err(|e| format!("cannot listen on the admin address {admin_addr} (admin.listen): {e}"))?;
+        let at = socket::resolve(admin_addr).map_err(cannot(Listener::Admin, admin_addr, true))?;
         if socket::overlap(main_at, at) {
-            return Err(format!(
-                "admin.listen {admin_addr} overlaps the decision listener {main_addr}: admin endpoints would be \
-                 served on the decision port; give admin.listen a port of its own (e.g. 127.0.0.1:9901)"
-            ));
+            return Err(BindError::Overlap { admin: admin_addr.to_string(), main: main_addr.to_string() });
         }
         Some(at)
     };
-    let main = listen(app, main_at, Listener::Main)
-        .map_err(|e| format!("cannot listen on {main_addr}: {e}{}", in_use_hint(&e, "server.port or --port")))?;
+    let main = listen(app, main_at, Listener::Main).map_err(cannot(Listener::Main, main_addr, false))?;
     let admin = match admin_at {
         None => None,
-        Some(at) => Some(listen(app, at, Listener::Admin).map_err(|e| {
-            format!("cannot listen on the admin address {admin_addr}: {e}{}", in_use_hint(&e, "admin.listen"))
-        })?),
+        Some(at) => Some(listen(app, at, Listener::Admin).map_err(cannot(Listener::Admin, admin_addr, false))?),
     };
     Ok((main, admin))
+}
+
+/// Why a listener could not be opened.
+#[derive(Debug)]
+enum BindError {
+    /// its address does not resolve (`resolving`), or binding it failed
+    Cannot {
+        /// which listener
+        listener: Listener,
+        /// its address as configured
+        address: String,
+        /// whether resolving the address failed (else binding it)
+        resolving: bool,
+        /// what the system said
+        error: std::io::Error,
+    },
+    /// `admin.listen` overlaps the decision listener
+    Overlap {
+        /// the admin address
+        admin: String,
+        /// the decision address
+        main: String,
+    },
+}
+
+impl std::fmt::Display for BindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindError::Cannot { listener: Listener::Main, address, resolving, error } => {
+                let hint = if *resolving { String::new() } else { in_use_hint(error, "server.port or --port") };
+                write!(f, "cannot listen on {address}: {error}{hint}")
+            }
+            BindError::Cannot { listener: Listener::Admin, address, resolving: true, error } => {
+                write!(f, "cannot listen on the admin address {address} (admin.listen): {error}")
+            }
+            BindError::Cannot { listener: Listener::Admin, address, resolving: false, error } => {
+                write!(f, "cannot listen on the admin address {address}: {error}{}", in_use_hint(error, "admin.listen"))
+            }
+            BindError::Overlap { admin, main } => write!(
+                f,
+                "admin.listen {admin} overlaps the decision listener {main}: admin endpoints would be served on the \
+                 decision port; give admin.listen a port of its own (e.g. 127.0.0.1:9901)"
+            ),
+        }
+    }
 }
 
 fn in_use_hint(e: &std::io::Error, key: &str) -> String {

@@ -26,10 +26,28 @@ fn notifier() -> Option<&'static Notifier> {
     NOTIFIER.get_or_init(|| from_env().map_err(|e| log::warn!("sd_notify: {e}")).ok().flatten()).as_ref()
 }
 
-fn from_env() -> Result<Option<Notifier>, String> {
+/// Why readiness cannot be told to systemd.
+#[derive(Debug)]
+enum NotifyError {
+    /// `NOTIFY_SOCKET` names no socket address this process can use
+    Address(String, std::io::Error),
+    /// no datagram socket to send from
+    Socket(std::io::Error),
+}
+
+impl std::fmt::Display for NotifyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotifyError::Address(path, e) => write!(f, "NOTIFY_SOCKET {path}: {e}"),
+            NotifyError::Socket(e) => write!(f, "cannot open a unix datagram socket: {e}"),
+        }
+    }
+}
+
+fn from_env() -> Result<Option<Notifier>, NotifyError> {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET").filter(|p| !p.is_empty()) else { return Ok(None) };
-    let to = socket_addr(&path).map_err(|e| format!("NOTIFY_SOCKET {}: {e}", path.to_string_lossy()))?;
-    let socket = UnixDatagram::unbound().map_err(|e| format!("cannot open a unix datagram socket: {e}"))?;
+    let to = socket_addr(&path).map_err(|e| NotifyError::Address(path.to_string_lossy().into_owned(), e))?;
+    let socket = UnixDatagram::unbound().map_err(NotifyError::Socket)?;
     let ours = |pid: String| pid.trim().parse::<u32>().is_ok_and(|p| p == std::process::id());
     let watchdog = std::env::var("WATCHDOG_USEC").is_ok_and(|us| us.trim().parse::<u64>().is_ok_and(|us| us > 0))
         && std::env::var("WATCHDOG_PID").map_or(true, ours);

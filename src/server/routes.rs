@@ -558,7 +558,7 @@ fn decide_batch(
 fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Response) {
     let proxy = match Proxy::from_header(req.header("x-clef-proxy")) {
         Ok(proxy) => proxy,
-        Err(message) => return rsp.fail(ErrorCode::InvalidHeader, &message),
+        Err(unknown) => return rsp.refuse(&unknown),
     };
     let tables = app.registry.snapshot();
     let input = authz_input(asked, req);

@@ -54,18 +54,31 @@ pub enum Proxy {
 
 impl Proxy {
     /// The proxy an `X-Clef-Proxy` header names (none: [`Proxy::AsIs`]); `Err` says what it may be.
-    pub fn from_header(value: Option<&[u8]>) -> Result<Proxy, String> {
+    pub fn from_header(value: Option<&[u8]>) -> Result<Proxy, UnknownProxy> {
         match value.map(<[u8]>::trim_ascii) {
             None => Ok(Proxy::AsIs),
             Some(v) if v.eq_ignore_ascii_case(b"nginx") => Ok(Proxy::Nginx),
-            Some(v) => Err(format!(
-                "X-Clef-Proxy: \"{}\" is not a proxy clef knows; the one value is `nginx` (its auth_request takes only \
-                 2xx, 401 and 403); leave the header out to get the status the table asks for",
-                String::from_utf8_lossy(v).escape_debug()
-            )),
+            Some(v) => Err(UnknownProxy(String::from_utf8_lossy(v).into_owned())),
         }
     }
 }
+
+/// An `X-Clef-Proxy` header naming a proxy clef does not know (the value, as sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownProxy(pub String);
+
+impl std::fmt::Display for UnknownProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "X-Clef-Proxy: \"{}\" is not a proxy clef knows; the one value is `nginx` (its auth_request takes only \
+             2xx, 401 and 403); leave the header out to get the status the table asks for",
+            self.0.escape_debug()
+        )
+    }
+}
+
+impl std::error::Error for UnknownProxy {}
 
 impl Verdict {
     /// The verdict of an action (any JSON value: no object, or no `allow: true`, refuses).
@@ -109,7 +122,7 @@ impl Verdict {
 
 /// Checks what an action asks of forward-auth (see the module comment): `Err` says what is
 /// wrong, for a load error.
-pub fn check_action(action: &Value) -> Result<(), String> {
+pub fn check_action(action: &Value) -> Result<(), ActionProblem> {
     let allowed = action.get("allow") == Some(&Value::Bool(true));
     match action.get("status") {
         None | Some(Value::Null) => {}
@@ -117,12 +130,11 @@ pub fn check_action(action: &Value) -> Result<(), String> {
             let (range, when) = if allowed { (200..=299, "with \"allow\": true") } else { (400..=599, "refusing") };
             let fits = status.as_u64().is_some_and(|s| range.contains(&s));
             if !fits {
-                return Err(format!(
-                    "\"status\" {} must be an integer from {} to {} {when}: it is the status /authz answers with",
-                    crate::diagnostic::quote(&status.to_string()),
-                    range.start(),
-                    range.end(),
-                ));
+                return Err(ActionProblem::Status {
+                    status: crate::diagnostic::quote(&status.to_string()),
+                    range: (*range.start(), *range.end()),
+                    when,
+                });
             }
         }
     }
@@ -130,29 +142,83 @@ pub fn check_action(action: &Value) -> Result<(), String> {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Object(members)) => members.iter().try_for_each(|(name, value)| {
             if let Some(problem) = header_name_problem(name) {
-                return Err(format!("\"headers\": {problem}"));
+                return Err(ActionProblem::HeaderName(problem));
             }
             let Value::String(text) = value else {
-                return Err(format!(
-                    "\"headers\": the value of \"{}\" must be a string (\"30\", in quotes), not {}",
-                    name.escape_debug(),
-                    crate::diagnostic::quote(&value.to_string())
-                ));
+                return Err(ActionProblem::HeaderNotText {
+                    name: name.clone(),
+                    value: crate::diagnostic::quote(&value.to_string()),
+                });
             };
             match http::HeaderValue::from_str(text).ok().filter(|v| v.to_str().is_ok()) {
                 Some(_) => Ok(()),
-                None => Err(format!(
-                    "\"headers\": the value of \"{}\" may hold only printable ASCII characters, spaces and tabs",
-                    name.escape_debug()
-                )),
+                None => Err(ActionProblem::HeaderNotPrintable { name: name.clone() }),
             }
         }),
-        Some(other) => Err(format!(
-            "\"headers\" must be an object of header names and string values ({{\"Retry-After\": \"30\"}}), not {}",
-            crate::diagnostic::quote(&other.to_string())
-        )),
+        Some(other) => Err(ActionProblem::HeadersNotObject { value: crate::diagnostic::quote(&other.to_string()) }),
     }
 }
+
+/// What is wrong with what an action asks of forward-auth (a load error of its table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionProblem {
+    /// `status` out of the range its `allow` permits
+    Status {
+        /// the value, quoted as diagnostics quote it
+        status: String,
+        /// the range allowed
+        range: (u64, u64),
+        /// `with "allow": true`, or `refusing`
+        when: &'static str,
+    },
+    /// a header name that is not one, or that clef sets itself (what is wrong)
+    HeaderName(String),
+    /// a header value that is not a string
+    HeaderNotText {
+        /// the header
+        name: String,
+        /// the value, quoted
+        value: String,
+    },
+    /// a header value with characters a header cannot carry
+    HeaderNotPrintable {
+        /// the header
+        name: String,
+    },
+    /// `headers` that is not an object
+    HeadersNotObject {
+        /// the value, quoted
+        value: String,
+    },
+}
+
+impl std::fmt::Display for ActionProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ActionProblem::Status { status, range: (low, high), when } => write!(
+                f,
+                "\"status\" {status} must be an integer from {low} to {high} {when}: it is the status /authz answers with"
+            ),
+            ActionProblem::HeaderName(problem) => write!(f, "\"headers\": {problem}"),
+            ActionProblem::HeaderNotText { name, value } => write!(
+                f,
+                "\"headers\": the value of \"{}\" must be a string (\"30\", in quotes), not {value}",
+                name.escape_debug()
+            ),
+            ActionProblem::HeaderNotPrintable { name } => write!(
+                f,
+                "\"headers\": the value of \"{}\" may hold only printable ASCII characters, spaces and tabs",
+                name.escape_debug()
+            ),
+            ActionProblem::HeadersNotObject { value } => write!(
+                f,
+                "\"headers\" must be an object of header names and string values ({{\"Retry-After\": \"30\"}}), not {value}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ActionProblem {}
 
 /// Why `name` cannot be a header of an action, if it cannot.
 fn header_name_problem(name: &str) -> Option<String> {
@@ -214,7 +280,7 @@ mod tests {
             (json!({"headers": {"X-A": "a\r\nSet-Cookie: x"}}), "printable ASCII"),
         ] {
             let problem = check_action(&bad).expect_err(&bad.to_string());
-            assert!(problem.contains(says), "{bad}: {problem}");
+            assert!(problem.to_string().contains(says), "{bad}: {problem}");
         }
     }
 
@@ -222,6 +288,6 @@ mod tests {
     fn the_proxy_header() {
         assert_eq!(Proxy::from_header(None), Ok(Proxy::AsIs));
         assert_eq!(Proxy::from_header(Some(b" NGINX ")), Ok(Proxy::Nginx));
-        assert!(Proxy::from_header(Some(b"envoy")).unwrap_err().contains("`nginx`"));
+        assert!(Proxy::from_header(Some(b"envoy")).unwrap_err().to_string().contains("`nginx`"));
     }
 }

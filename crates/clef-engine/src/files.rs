@@ -75,10 +75,43 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Reads a JSON file clef wrote (at most `max` bytes): `Ok(None)` when there is none, the
 /// reason (naming the file) when it cannot be read or parsed.
-pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path, max: u64) -> Result<Option<T>, String> {
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path, max: u64) -> Result<Option<T>, ReadJsonError> {
+    let path_buf = || path.to_path_buf();
     match read_limited(path, max) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("{}: {e}", path.display())),
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes).map(Some).map_err(|error| ReadJsonError::Json { path: path_buf(), error })
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(error) => Err(ReadJsonError::Io { path: path_buf(), error }),
     }
 }
+
+/// Why a JSON file clef wrote cannot be read back.
+#[derive(Debug)]
+pub enum ReadJsonError {
+    /// reading it failed (or it is larger than allowed)
+    Io {
+        /// the file
+        path: std::path::PathBuf,
+        /// what the system said
+        error: io::Error,
+    },
+    /// it is not the JSON expected
+    Json {
+        /// the file
+        path: std::path::PathBuf,
+        /// where and what
+        error: serde_json::Error,
+    },
+}
+
+impl std::fmt::Display for ReadJsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadJsonError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+            ReadJsonError::Json { path, error } => write!(f, "{}: {error}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for ReadJsonError {}

@@ -122,6 +122,21 @@ impl SchemaType {
     }
 }
 
+/// A `schema` entry whose type is not one the language knows (the path it declares).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownSchemaType {
+    /// the declared path
+    pub path: String,
+}
+
+impl std::fmt::Display for UnknownSchemaType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "schema type of \"{}\" must be one of {SCHEMA_TYPE_NAMES}", self.path)
+    }
+}
+
+impl std::error::Error for UnknownSchemaType {}
+
 /// A table's declared input fields: dotted path → type.
 #[derive(Clone, Debug, Default)]
 pub struct Schema {
@@ -133,12 +148,12 @@ impl Schema {
     /// Declares `path` as the type named `type_name`. On an unknown name,
     /// returns the message and declares the path `any`, so that conditions
     /// reading it add no second error about it.
-    pub fn declare(&mut self, path: &str, type_name: &str) -> Result<(), String> {
+    pub fn declare(&mut self, path: &str, type_name: &str) -> Result<(), UnknownSchemaType> {
         let parsed = SchemaType::parse(type_name);
         self.fields.insert(path.to_string(), parsed.unwrap_or(SchemaType::Any));
         match parsed {
             Some(_) => Ok(()),
-            None => Err(format!("schema type of \"{path}\" must be one of {SCHEMA_TYPE_NAMES}")),
+            None => Err(UnknownSchemaType { path: path.to_string() }),
         }
     }
 

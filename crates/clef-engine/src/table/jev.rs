@@ -344,7 +344,7 @@ impl<'s> Loader<'s> {
         for (field, t) in &fields {
             let name: Option<String> = serde_json::from_str(t.get()).ok();
             if let Err(message) = schema.declare(field, name.as_deref().unwrap_or_default()) {
-                self.at(t, message);
+                self.at(t, message.to_string());
             }
         }
         for (path, message) in schema.path_problems() {

@@ -25,7 +25,7 @@ use crate::diagnostic::Diagnostic;
 use crate::expr::json::write_json_string;
 use crate::expr::value::{Const, Value};
 use crate::input::{self, InputError};
-pub use rules::{Decision, Problem, Rule, RuleEngine, RuleWarning, SwitchedOff, TraceEntry};
+pub use rules::{Decision, ParamsError, Problem, Rule, RuleEngine, RuleWarning, SwitchedOff, TraceEntry};
 
 /// Load-time caps (SPEC §10), each configurable.
 #[derive(Clone, Debug)]
@@ -508,9 +508,9 @@ impl Table {
     /// name, file version, path and kill switches stay. Applying values one after the other
     /// gives the table that applying the last of each at once gives: replay builds the table a
     /// snapshot was decided with from the values it records.
-    pub fn with_params(&self, overrides: &BTreeMap<String, serde_json::Value>) -> Result<Table, String> {
+    pub fn with_params(&self, overrides: &BTreeMap<String, serde_json::Value>) -> Result<Table, ParamsError> {
         let Engine::Rules(rules) = &*self.engine else {
-            return Err(format!("table \"{}\" is a {} table: it has no parameters", self.name, self.kind.name()));
+            return Err(ParamsError::NoParameters { table: self.name.clone(), kind: self.kind.name() });
         };
         let consts = overrides.iter().map(|(k, v)| (k.clone(), Const::from_json(v))).collect();
         let started = Instant::now();

@@ -138,6 +138,47 @@ pub enum BuildError {
     Fallback(String),
 }
 
+/// Why a table cannot take other parameter values.
+#[derive(Debug)]
+pub enum ParamsError {
+    /// the table has no parameters (a flash table): its name
+    NoParameters {
+        /// the table
+        table: String,
+        /// its kind
+        kind: &'static str,
+    },
+    /// the table declares no parameter of this name
+    Undeclared(String),
+    /// a rule does not compile with the values
+    Rule {
+        /// the rule's id
+        rule: String,
+        /// what does not compile
+        error: BuildError,
+    },
+}
+
+impl std::fmt::Display for ParamsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamsError::NoParameters { table, kind } => {
+                write!(f, "table \"{table}\" is a {kind} table: it has no parameters")
+            }
+            ParamsError::Undeclared(name) => write!(f, "the table declares no parameter \"{name}\""),
+            ParamsError::Rule { rule, error } => {
+                let what = match error {
+                    BuildError::Condition(e) => &e.message,
+                    BuildError::Action(m) | BuildError::Fallback(m) => m,
+                };
+                write!(f, "rule \"{rule}\": {what}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ParamsError {}
+
 /// One line of `trace`: a rule that was evaluated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TraceEntry {
@@ -293,12 +334,12 @@ impl RuleEngine {
     /// promoted value): `overrides` maps declared parameter names to their new values. The
     /// values are folded into the conditions as the declared ones were, so the result is as
     /// fast. An undeclared name, or a value a condition cannot be compiled with, is an error.
-    pub fn with_params(&self, overrides: &FxHashMap<String, Const>) -> Result<RuleEngine, String> {
+    pub fn with_params(&self, overrides: &FxHashMap<String, Const>) -> Result<RuleEngine, ParamsError> {
         let mut params = self.params.clone();
         for (name, value) in overrides {
             match params.get_mut(name) {
                 Some(v) => *v = value.clone(),
-                None => return Err(format!("the table declares no parameter \"{name}\"")),
+                None => return Err(ParamsError::Undeclared(name.clone())),
             }
         }
         let rules = self
@@ -323,12 +364,9 @@ impl RuleEngine {
             regex_size_limit: self.rebuild.regex_size_limit,
             templates: self.rebuild.templates,
         };
-        RuleEngine::new(rules, parts).map_err(|(i, e)| {
-            let what = match e {
-                BuildError::Condition(e) => e.message,
-                BuildError::Action(m) | BuildError::Fallback(m) => m,
-            };
-            format!("rule \"{}\": {what}", self.rules.get(i).map_or("?", |r| r.id.as_str()))
+        RuleEngine::new(rules, parts).map_err(|(i, error)| ParamsError::Rule {
+            rule: self.rules.get(i).map_or_else(|| "?".to_string(), |r| r.id.clone()),
+            error,
         })
     }
 

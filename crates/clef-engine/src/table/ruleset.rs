@@ -307,7 +307,7 @@ impl<'s> Reader<'s> {
             let Some(field) = k.key_text() else { continue };
             let name = t.scalar().filter(|_| !t.is_null()).map(|s| s.text.to_string()).unwrap_or_default();
             if let Err(message) = schema.declare(field, &name) {
-                self.at(&t.span, message);
+                self.at(&t.span, message.to_string());
             }
             keys.push((field.to_string(), k.span.clone()));
         }
