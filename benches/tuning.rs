@@ -67,7 +67,7 @@ fn bench(c: &mut Criterion) {
     let sources = Sources { tables_dir: tables, extra: None, limits: Limits::default(), overlays: None };
     let (registry, _) = Registry::open(sources);
     let config = TuningConfig { tables: vec!["search_rewrite".into(), "pay".into()], ..TuningConfig::default() };
-    let snapshot = registry.snapshot();
+    let snapshot = registry.served();
     let tuner = |state: &str| {
         let tuner = Tuner::new(&config, &dir.path().join(state)).expect("tuner");
         tuner.tick(|name| snapshot.get(name).and_then(|s| s.current.clone()), &mut clef::tuning::thread_rng());
@@ -128,7 +128,7 @@ fn served(c: &mut Criterion, dir: &tempfile::TempDir, inputs: &[(&str, Vec<u8>)]
         let loaded = clef::config::load(Some(&config), &Default::default()).expect("the config loads");
         let (app, _) = App::open(&loaded).expect("the app opens");
         if let Some(tuner) = &app.stages.tuner {
-            let tables = app.registry.snapshot();
+            let tables = app.registry.served();
             tuner.tick(|name| tables.get(name).and_then(|s| s.current.clone()), &mut clef::tuning::thread_rng());
         }
         app

@@ -106,7 +106,7 @@ pub struct Options<'a> {
     /// the caller's W3C `traceparent` header, recorded in the snapshot
     pub traceparent: Option<&'a [u8]>,
     /// why the answer is degraded whatever the table says (`router_fallback`)
-    pub degraded: Option<&'static str>,
+    pub degraded_reason: Option<&'static str>,
 }
 
 /// Decides `body` with `table` alone (no canary, shadow or snapshot: what `clef decide` does)
@@ -226,8 +226,8 @@ fn decide_prepared<'t>(
     // what the snapshot records (SPEC §8.1 `latency_ns`): parsing and evaluating by the table
     // that decided
     let evaluation_ns = started.elapsed().as_nanos() as u64 + input.parse_ns;
-    if let (Ok(decision), Some(reason)) = (&mut result, options.degraded) {
-        decision.degraded = Some(reason);
+    if let (Ok(decision), Some(reason)) = (&mut result, options.degraded_reason) {
+        decision.degraded_reason = Some(reason);
     }
     let Ok(decision) = &result else {
         let latency_ns = pipeline_started.elapsed().as_nanos() as u64;

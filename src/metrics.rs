@@ -3,7 +3,7 @@
 //! Nothing here takes a lock or writes a cache line that another core also writes on the
 //! request path: every thread gets a stable stripe ([`worker_stripe`]) and counts into its own
 //! [`CachePadded`] block with relaxed `fetch_add`s. A scrape sums the blocks, takes an owned
-//! snapshot, and encodes it with the `prometheus-client` text encoders through a [`Registry`]
+//! copy of the totals, and encodes it with the `prometheus-client` text encoders through a [`Registry`]
 //! of [`Collector`]s (one per group of metric families).
 //!
 //! The tables are not copied for a scrape: a [`TableSource`] is walked once per metric family,
@@ -166,7 +166,7 @@ impl TableStats {
     }
 
     /// Every cell summed over the stripes.
-    fn totals(&self) -> Vec<u64> {
+    fn cell_sums(&self) -> Vec<u64> {
         let len = FIXED + 2 * self.rule_ids.len();
         let mut out = vec![0u64; len];
         for stripe in self.cells.chunks_exact(self.chunks_per_stripe) {
@@ -179,8 +179,9 @@ impl TableStats {
         out
     }
 
-    fn snapshot(&self) -> TableSnapshot<'_> {
-        let totals = self.totals();
+    /// Its figures summed over the stripes, as a scrape encodes them.
+    fn totals(&self) -> TableTotals<'_> {
+        let totals = self.cell_sums();
         let n = self.rule_ids.len();
         let nonzero = |counts: &[u64]| -> Vec<(&str, u64)> {
             counts.iter().zip(&self.rule_ids).filter(|(c, _)| **c != 0).map(|(c, id)| (id.as_str(), *c)).collect()
@@ -191,7 +192,7 @@ impl TableStats {
             .map(|(us, c)| (us / 1e6, *c))
             .collect();
         buckets.push((f64::INFINITY, totals[BUCKETS + N_BUCKETS]));
-        TableSnapshot {
+        TableTotals {
             matched: nonzero(&totals[FIXED..FIXED + n]),
             warnings: nonzero(&totals[FIXED + n..FIXED + 2 * n]),
             no_match: totals[NO_MATCH],
@@ -221,7 +222,7 @@ impl TableStats {
     /// The counters summed over the stripes, read with relaxed loads: no lock, nothing written,
     /// so that the status page's figures (`GET /activity`) cost the decision path nothing.
     pub fn outcome_counts(&self) -> OutcomeCounts {
-        let totals = self.totals();
+        let totals = self.cell_sums();
         let n = self.rule_ids.len();
         OutcomeCounts {
             matched: totals.get(FIXED..FIXED + n).unwrap_or_default().to_vec(),
@@ -375,8 +376,8 @@ impl ServerStats {
         }
     }
 
-    fn snapshot(&self) -> ServerSnapshot {
-        let mut s = ServerSnapshot {
+    fn totals(&self) -> ServerTotals {
+        let mut s = ServerTotals {
             responses: [[0; CODE_LABELS]; 2],
             accepted: 0,
             rejected: 0,
@@ -409,7 +410,7 @@ impl ServerStats {
 // Scrape
 
 /// The tables a scrape reports on, walked once per metric family (nothing of them is copied
-/// for the scrape). The server's is the registry's snapshot of its tables; [`TableList`] is a
+/// for the scrape). The server's is the registry's published set of tables; [`TableList`] is a
 /// fixed list.
 pub trait TableSource: fmt::Debug + Send + Sync + 'static {
     /// Calls `f` with every table being served, in the order they are reported.
@@ -619,7 +620,7 @@ fn write_with(
     registry.register_collector(Box::new(BuildCollector));
     registry.register_collector(Box::new(TablesCollector(tables.clone())));
     registry.register_collector(Box::new(TableLoadsCollector(tables)));
-    registry.register_collector(Box::new(ServerCollector(server.snapshot())));
+    registry.register_collector(Box::new(ServerCollector(server.totals())));
     registry.register_collector(Box::new(GaugesCollector {
         uptime_seconds: gauges.uptime_seconds,
         load: gauges.load,
@@ -641,7 +642,7 @@ fn write_with(
 
 /// One table's figures, summed over the stripes when a family is encoded.
 #[derive(Debug)]
-struct TableSnapshot<'a> {
+struct TableTotals<'a> {
     /// Non-zero decision counts by rule id.
     matched: Vec<(&'a str, u64)>,
     /// Non-zero warning counts by rule id.
@@ -655,7 +656,7 @@ struct TableSnapshot<'a> {
 }
 
 #[derive(Debug)]
-struct ServerSnapshot {
+struct ServerTotals {
     responses: [[u64; CODE_LABELS]; 2],
     accepted: u64,
     rejected: u64,
@@ -676,7 +677,7 @@ impl Collector for TablesCollector {
         let help = "Decisions by table, rule and outcome (matched, default: no rule matched, invalid_input)";
         let mut m = encoder.encode_descriptor("clef_decisions", help, None, MetricType::Counter)?;
         self.0.each_table(&mut |view| {
-            let t = view.stats.snapshot();
+            let t = view.stats.totals();
             for (rule, n) in &t.matched {
                 let labels = [("table", view.name), ("rule", rule), ("outcome", "matched")];
                 ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
@@ -691,7 +692,7 @@ impl Collector for TablesCollector {
                     answer body (not reading the request or sending the answer); invalid inputs are not timed";
         let mut m = encoder.encode_descriptor("clef_decision_duration_seconds", help, None, MetricType::Histogram)?;
         self.0.each_table(&mut |view| {
-            let t = view.stats.snapshot();
+            let t = view.stats.totals();
             let labels = [("table", view.name)];
             m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(t.sum_seconds, t.count, &t.buckets, None)
         })?;
@@ -699,7 +700,7 @@ impl Collector for TablesCollector {
         let help = "Rule evaluation errors reported as decision warnings, by table and rule";
         let mut m = encoder.encode_descriptor("clef_evaluation_warnings", help, None, MetricType::Counter)?;
         self.0.each_table(&mut |view| {
-            for (rule, n) in &view.stats.snapshot().warnings {
+            for (rule, n) in &view.stats.totals().warnings {
                 let labels = [("table", view.name), ("rule", rule)];
                 ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
             }
@@ -715,7 +716,7 @@ impl Collector for TablesCollector {
 }
 
 #[derive(Debug)]
-struct ServerCollector(ServerSnapshot);
+struct ServerCollector(ServerTotals);
 
 impl Collector for ServerCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
@@ -1026,7 +1027,7 @@ mod tests {
         for ns in [0, 1_000, 1_001, 25_000_000, 25_000_001] {
             stats.record(Some(0), ns, &[]);
         }
-        let t = stats.totals();
+        let t = stats.cell_sums();
         assert_eq!(&t[BUCKETS..BUCKETS + 3], &[2, 1, 0]);
         assert_eq!(t[BUCKETS + N_BUCKETS - 1], 1);
         assert_eq!(t[BUCKETS + N_BUCKETS], 1);
@@ -1057,7 +1058,7 @@ mod tests {
                     });
                 }
             });
-            let t = stats.totals();
+            let t = stats.cell_sums();
             let total = THREADS as u64 * N;
             let matched = total - total / 10;
             let per_rule = |r: usize| (0..THREADS).filter(|t| t % 3 == r).count() as u64 * (N - N / 10);
@@ -1068,7 +1069,7 @@ mod tests {
             assert_eq!(&t[FIXED + 3..], &[0, 0, total / 4]);
             assert_eq!(t[BUCKETS + 1], total);
             assert_eq!(t[SUM_NS], total * 1_500);
-            let s = server.snapshot();
+            let s = server.totals();
             assert_eq!(s.responses[0][code_index(200)], total / 2);
             assert_eq!(s.responses[1][code_index(200)], total / 2);
             assert_eq!(s.accepted, total);

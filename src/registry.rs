@@ -368,8 +368,9 @@ impl Registry {
         self.state_dir.as_deref()
     }
 
-    /// The snapshot requests read.
-    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Tables>> {
+    /// The tables served now, as a request reads them (a published set; a reload publishes
+    /// another and leaves this one to the requests that hold it).
+    pub fn served(&self) -> arc_swap::Guard<Arc<Tables>> {
         self.published.load()
     }
 

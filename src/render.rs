@@ -104,7 +104,7 @@ pub fn write_decision(table: &Table, d: &Decision, meta: &ResponseMeta<'_>, out:
     out.push_str(",\"instance\":\"");
     out.push_str(LOCAL_INSTANCE);
     out.push('"');
-    if let Some(reason) = d.degraded {
+    if let Some(reason) = d.degraded_reason {
         out.push_str(",\"degraded\":true,\"degraded_reason\":");
         write_json_string(reason, out);
     }

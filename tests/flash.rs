@@ -447,7 +447,7 @@ fn reload(r: &Registry) -> Vec<(String, Outcome)> {
 }
 
 fn served(r: &Registry, name: &str) -> Option<(PathBuf, TableKind)> {
-    let snapshot = r.snapshot();
+    let snapshot = r.served();
     let slot = snapshot.get(name)?;
     slot.current.as_ref().map(|t| (t.path.clone(), t.kind))
 }
@@ -479,7 +479,7 @@ fn a_cfb_beside_its_source_is_served_only_while_it_matches() {
     let (r, outcomes) = registry(dir.path());
     assert!(matches!(outcomes.as_slice(), [(n, Outcome::Loaded { .. })] if n == "net"), "{outcomes:?}");
     assert_eq!(served(&r, "net"), Some((bin.clone(), TableKind::FlashCompiled)));
-    assert!(r.snapshot().get("net").unwrap().error.is_none());
+    assert!(r.served().get("net").unwrap().error.is_none());
 
     // The source changes: two files for one name, neither what the other says; a load error
     // naming both (/health degraded), and the version that loaded keeps serving.
@@ -495,9 +495,9 @@ fn a_cfb_beside_its_source_is_served_only_while_it_matches() {
     ] {
         assert!(error.contains(part), "{part}: {error}");
     }
-    assert_eq!(r.snapshot().get("net").unwrap().error.as_ref().map(|e| e.full.to_string()), Some(error.clone()));
+    assert_eq!(r.served().get("net").unwrap().error.as_ref().map(|e| e.full.to_string()), Some(error.clone()));
     assert_eq!(served(&r, "net"), Some((bin.clone(), TableKind::FlashCompiled)));
-    let t = r.snapshot().get("net").unwrap().current.clone().unwrap();
+    let t = r.served().get("net").unwrap().current.clone().unwrap();
     assert_eq!(decide(&t, r#"{"device": "tablet", "error_rate": 0}"#).2["id"], 1, "the old version");
 
     // Compiled again: the .cfb of the new source serves, and the error is gone.
@@ -505,8 +505,8 @@ fn a_cfb_beside_its_source_is_served_only_while_it_matches() {
     std::fs::write(&bin, cfb::write(&source::compile("net", &now).unwrap())).unwrap();
     reload(&r);
     assert_eq!(served(&r, "net"), Some((bin.clone(), TableKind::FlashCompiled)));
-    assert!(r.snapshot().get("net").unwrap().error.is_none());
-    let t = r.snapshot().get("net").unwrap().current.clone().unwrap();
+    assert!(r.served().get("net").unwrap().error.is_none());
+    let t = r.served().get("net").unwrap().current.clone().unwrap();
     assert_eq!(decide(&t, r#"{"device": "tablet", "error_rate": 0}"#).2["id"], 3);
 
     // A damaged .cfb that still records the right source is the .cfb that serves: it fails to
@@ -529,10 +529,10 @@ fn a_cfb_beside_its_source_is_served_only_while_it_matches() {
     std::fs::remove_file(&src).unwrap();
     reload(&r);
     assert_eq!(served(&r, "net"), Some((bin.clone(), TableKind::FlashCompiled)));
-    assert!(r.snapshot().get("net").unwrap().error.is_none());
+    assert!(r.served().get("net").unwrap().error.is_none());
     std::fs::write(&bin, &good).unwrap();
     reload(&r);
-    assert!(r.snapshot().get("net").unwrap().error.is_none());
+    assert!(r.served().get("net").unwrap().error.is_none());
 }
 
 #[test]
@@ -545,7 +545,7 @@ fn a_stale_pair_at_start_is_a_load_error_not_a_table() {
     let error = failure(&outcomes, "net").unwrap_or_else(|| panic!("{outcomes:?}"));
     assert!(error.contains("net.cfb") && error.contains("net.flash.json"), "{error}");
     assert!(served(&r, "net").is_none());
-    assert!(r.snapshot().get("net").unwrap().error.is_some());
+    assert!(r.served().get("net").unwrap().error.is_some());
 }
 
 #[test]

@@ -281,7 +281,7 @@ proptest! {
                 prop_assert_eq!(fast.rule, slow.rule, "explain {} input {} table {}", explain, body, table_json);
                 prop_assert_eq!(table.outcome_id(&fast), table.outcome_id(&slow));
                 prop_assert_eq!(table.action_json(&fast), table.action_json(&slow));
-                prop_assert_eq!(fast.degraded, slow.degraded);
+                prop_assert_eq!(fast.degraded_reason, slow.degraded_reason);
                 prop_assert_eq!(&fast.warnings, &slow.warnings, "explain {} input {} table {}", explain, body, table_json);
                 same_trace(&fast, &slow)?;
             }

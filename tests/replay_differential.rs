@@ -305,7 +305,7 @@ fn call(app: &App, listener: Listener, method: &str, path: &str, body: &str) -> 
 
 fn tick(app: &App) {
     let tuner = app.stages.tuner.as_ref().unwrap();
-    let tables = app.registry.snapshot();
+    let tables = app.registry.served();
     tuner.tick(|name| tables.get(name).and_then(|s| s.current.clone()), &mut clef::tuning::thread_rng());
 }
 

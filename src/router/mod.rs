@@ -43,8 +43,8 @@ mod choice;
 mod client;
 pub mod config;
 pub mod forward;
+mod instances;
 mod probe;
-mod table;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,9 +55,9 @@ use crossbeam::utils::CachePadded;
 use parking_lot::Mutex;
 
 pub use config::{HealthConfig, InstanceConfig, Policy, RouterConfig, LOCAL_ID};
+use instances::Control;
+pub use instances::{InstanceState, InstanceTable, Status};
 pub use probe::Health;
-use table::Control;
-pub use table::{InstanceState, InstanceTable, Status};
 
 /// How much each of our own requests in flight to an instance adds to its reported load when
 /// scores are compared: 20 concurrent forwards make an idle instance look fully loaded.
@@ -254,7 +254,7 @@ impl Router {
     /// newer one. `f` must not yield (it borrows thread-local state).
     #[inline]
     fn with_table<R>(&self, f: impl FnOnce(&InstanceTable) -> R) -> R {
-        table::with_shard(self, f)
+        instances::with_shard(self, f)
     }
 
     /// Our own requests in flight to `index`, as the worker of `stripe` counted them.
@@ -459,7 +459,7 @@ impl Counters {
         Counters { stripes, instances, chunks_per_stripe, cells }
     }
 
-    /// This worker's stripe. Never inlined, for the reason [`table::with_shard`] gives: a forward
+    /// This worker's stripe. Never inlined, for the reason [`instances::with_shard`] gives: a forward
     /// counts before and after it yields.
     #[inline(never)]
     fn stripe_here(&self) -> usize {

@@ -197,7 +197,7 @@ fn write_ranked(key: &str, count: &str, ranked: &[(String, u64)], b: &mut String
 
 /// `GET /activity`: every served table's decisions over the last minutes.
 pub fn report(app: &App, rsp: &mut Response) {
-    let tables = app.registry.snapshot();
+    let tables = app.registry.served();
     let (window, report) = app.activity.report(&tables);
     drop(tables);
     let tuned: Vec<&str> = app.stages.tuner.as_ref().map(|t| t.table_names().collect()).unwrap_or_default();

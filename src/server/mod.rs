@@ -292,7 +292,7 @@ impl App {
             tuner => tuner.and_then(Result::ok),
         };
         let (registry, loaded_tables) = Registry::open_in(sources, Some(loaded.state_dir.clone()));
-        let activity = activity::Activity::new(&registry.snapshot());
+        let activity = activity::Activity::new(&registry.served());
         let app = App {
             registry,
             default_table: loaded.default_table.clone(),
@@ -381,17 +381,17 @@ pub fn run(loaded: Loaded) -> i32 {
     let workers = cfg.server.worker_threads(cores);
     // The load at start is logged and counted as a reload (`clef_reloads_total` says so).
     app.reloaded("start", &loaded_tables.outcomes);
-    for (role, served, candidate) in app.stages.missing_candidates(&app.registry.snapshot()) {
+    for (role, served, candidate) in app.stages.missing_candidates(&app.registry.served()) {
         log::warn!("model.{role}: table \"{candidate}\" ({role} of \"{served}\") is not loaded; \"{served}\" answers alone until it is");
     }
     if let Some(r) = &app.stages.recorder {
         log::info!("recording decision snapshots in {}", r.dir().display());
     }
     if let Some(router) = &app.router {
-        router_admin::announce(router, &app.registry.snapshot());
+        router_admin::announce(router, &app.registry.served());
     }
     if let Some(tuner) = &app.stages.tuner {
-        let tables = app.registry.snapshot();
+        let tables = app.registry.served();
         for name in tuner.table_names().filter(|name| tables.get(name).is_none()) {
             log::warn!(
                 "tuning.tables names \"{name}\", which is not among the loaded tables; it is tuned once a table of that name loads"
@@ -399,7 +399,7 @@ pub fn run(loaded: Loaded) -> i32 {
         }
     }
     if let Some(d) = &app.default_table {
-        if app.registry.snapshot().get(d).is_none() {
+        if app.registry.served().get(d).is_none() {
             log::warn!("default_table \"{d}\" is not among the loaded tables; POST /decide will answer 404");
         }
     }
@@ -424,7 +424,7 @@ pub fn run(loaded: Loaded) -> i32 {
         "clef {} listening on {main_addr} (admin {}), {} tables, {workers} workers, ready in {} ms",
         env!("CARGO_PKG_VERSION"),
         if admin.is_some() { admin_addr.as_str() } else { "off" },
-        app.registry.snapshot().entries.len(),
+        app.registry.served().entries.len(),
         started.elapsed().as_millis()
     );
     if let Some(router) = &app.router {
@@ -752,7 +752,7 @@ fn spawn_sampler(app: Arc<App>, workers: usize) {
                 let load = ((busy - last) as f64 / (elapsed * workers.max(1) as f64)).clamp(0.0, 1.0);
                 last = busy;
                 app.load_bits.store(load.to_bits(), Ordering::Relaxed);
-                app.activity.tick(&app.registry.snapshot());
+                app.activity.tick(&app.registry.served());
                 crate::memory::release(false);
             }
         })
@@ -767,7 +767,7 @@ fn spawn_tuning(app: Arc<App>) {
         let Some(tuner) = &app.stages.tuner else { return };
         let mut rng = crate::tuning::thread_rng();
         while !app.is_draining() {
-            let tables = app.registry.snapshot();
+            let tables = app.registry.served();
             let promoted = tuner.tick(|name| tables.get(name).and_then(|s| s.current.clone()), &mut rng);
             drop(tables);
             for name in promoted {

@@ -135,7 +135,7 @@ pub(super) fn failover(app: &App, body: &[u8], rsp: &mut Response) {
     if ask.table.is_empty() || ask.table == ask.to {
         return rsp.fail(ErrorCode::InvalidBody, "`table` must name a table, and `to` another one");
     }
-    let tables = app.registry.snapshot();
+    let tables = app.registry.served();
     if tables.get(&ask.to).is_none_or(|s| s.current.is_none()) {
         return rsp.fail(
             ErrorCode::UnknownTable,

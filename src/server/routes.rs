@@ -419,9 +419,9 @@ fn add_cors_headers(app: &App, req: &Request<'_>, rsp: &mut Response) {
 }
 
 fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
-    let tables = app.registry.snapshot();
-    let (name, degraded) = match routed(app, &tables, name, Endpoint::Decide, req.body, req, rsp) {
-        Step::Here(name, degraded) => (name, degraded),
+    let tables = app.registry.served();
+    let (name, degraded_reason) = match routed(app, &tables, name, Endpoint::Decide, req.body, req, rsp) {
+        Step::Here(name, degraded_reason) => (name, degraded_reason),
         Step::Forwarded(answer) => return answer.write(rsp),
         Step::Answered => return,
     };
@@ -429,7 +429,7 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
         Ok(found) => found,
         Err(refusal) => return refuse(&refusal, rsp),
     };
-    let options = pipeline::Options { degraded, ..decision_options(req) };
+    let options = pipeline::Options { degraded_reason, ..decision_options(req) };
     let _inflight = app.enter(); // counted in flight until answered
     let decided = pipeline::decide_staged(&app.stages, &tables, resolved, req.body, &options, &mut rsp.body);
     count(&decided);
@@ -466,9 +466,9 @@ fn count(decided: &pipeline::Decided<'_>) {
 /// `POST /decide` answers for it (snapshots, canary and shadow included). The answer is
 /// streamed: decided as the client reads it, from the body where the connection keeps it.
 fn batch<'a>(app: &'a App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response<'a>) {
-    let tables = app.registry.snapshot();
-    let (name, degraded) = match routed(app, &tables, name, Endpoint::Batch, req.body, req, rsp) {
-        Step::Here(name, degraded) => (name, degraded),
+    let tables = app.registry.served();
+    let (name, degraded_reason) = match routed(app, &tables, name, Endpoint::Batch, req.body, req, rsp) {
+        Step::Here(name, degraded_reason) => (name, degraded_reason),
         Step::Forwarded(answer) => return answer.write(rsp),
         Step::Answered => return,
     };
@@ -500,7 +500,7 @@ fn batch<'a>(app: &'a App, name: Option<&str>, req: &Request<'_>, rsp: &mut Resp
     let explain = req.query_flag("explain");
     let traceparent = req.header("traceparent").map(<[u8]>::to_vec);
     rsp.stream(move |body, out| {
-        let options = pipeline::Options { explain, traceparent: traceparent.as_deref(), degraded };
+        let options = pipeline::Options { explain, traceparent: traceparent.as_deref(), degraded_reason };
         decide_batch(app, &tables, name.as_deref(), inputs, body, &options, out);
     });
 }
@@ -560,10 +560,10 @@ fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Respon
         Ok(proxy) => proxy,
         Err(unknown) => return rsp.refuse(&unknown),
     };
-    let tables = app.registry.snapshot();
+    let tables = app.registry.served();
     let input = authz_input(asked, req);
-    let (name, degraded) = match routed(app, &tables, Some(name), Endpoint::Decide, input.as_bytes(), req, rsp) {
-        Step::Here(name, degraded) => (name, degraded),
+    let (name, degraded_reason) = match routed(app, &tables, Some(name), Endpoint::Decide, input.as_bytes(), req, rsp) {
+        Step::Here(name, degraded_reason) => (name, degraded_reason),
         Step::Forwarded(answer) => return authz_forwarded(answer, proxy, rsp),
         Step::Answered => return,
     };
@@ -571,7 +571,7 @@ fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Respon
         Ok(found) => found,
         Err(refusal) => return refuse(&refusal, rsp),
     };
-    let options = pipeline::Options { degraded, ..decision_options(req) };
+    let options = pipeline::Options { degraded_reason, ..decision_options(req) };
     let _inflight = app.enter(); // counted in flight until answered
     let decided = pipeline::decide_staged(&app.stages, &tables, resolved, input.as_bytes(), &options, &mut rsp.body);
     count(&decided);
@@ -766,7 +766,7 @@ fn health_problems(app: &App, tables: &Tables) -> Vec<HealthProblem> {
 
 /// `GET /health`; on the decision port, problems are named without paths or file content.
 fn health(app: &App, admin: bool, rsp: &mut Response) {
-    let tables = app.registry.snapshot();
+    let tables = app.registry.served();
     let draining = app.is_draining();
     let problems = health_problems(app, &tables);
     let others = OtherHealth::of(app, !problems.is_empty());
@@ -902,7 +902,7 @@ impl OtherHealth {
 
 /// `GET /metrics`: encoded table by table into the answer as the client reads it.
 fn metrics_text<'a>(app: &'a App, req: &Request<'_>, rsp: &mut Response<'a>) {
-    let tables: Arc<Tables> = arc_swap::Guard::into_inner(app.registry.snapshot());
+    let tables: Arc<Tables> = arc_swap::Guard::into_inner(app.registry.served());
     // each subsystem that is on makes its own families (SPEC §10); the scrape composes them
     let mut subsystems: metrics::Subsystems = Vec::new();
     if let Some(recorder) = &app.stages.recorder {
@@ -972,7 +972,7 @@ fn write_table_summary(t: &Table, b: &mut String) {
 
 /// `GET /tables`; load errors in full (paths, lines of the file) only on the admin listener.
 fn tables(app: &App, admin: bool, rsp: &mut Response) {
-    let tables = app.registry.snapshot();
+    let tables = app.registry.served();
     let b = &mut rsp.body;
     b.push_str("{\"tables\":[");
     for (i, (name, entry)) in tables.entries.iter().enumerate() {
@@ -998,7 +998,7 @@ fn tables(app: &App, admin: bool, rsp: &mut Response) {
 /// `GET /tables/{name}`; file paths (which tell where the box keeps its files) only on the
 /// admin listener.
 fn table(app: &App, name: &str, admin: bool, rsp: &mut Response) {
-    let tables = app.registry.snapshot();
+    let tables = app.registry.served();
     let Some(entry) = tables.get(name) else {
         return refuse(&pipeline::unknown_table(&tables, name), rsp);
     };

@@ -21,7 +21,7 @@ pub(super) fn feedback(app: &App, body: &[u8], rsp: &mut Response) {
 /// (a listed table not loaded yet has a report that says so); whether it answered.
 fn refused_unknown(app: &App, name: &str, rsp: &mut Response) -> bool {
     let listed = app.stages.tuner.as_ref().is_some_and(|t| t.table_names().any(|n| n == name));
-    let tables = app.registry.snapshot();
+    let tables = app.registry.served();
     if listed || tables.get(name).is_some() {
         return false;
     }

@@ -133,7 +133,7 @@ impl<'a> Event<'a> {
     pub fn is(&self, class: KeepClass) -> bool {
         match class {
             KeepClass::Errors => !self.decision.warnings.is_empty(),
-            KeepClass::Degraded => self.decision.degraded.is_some(),
+            KeepClass::Degraded => self.decision.degraded_reason.is_some(),
             KeepClass::ShadowDisagreement => self.shadow.is_some_and(|s| !s.agrees),
         }
     }
@@ -194,7 +194,7 @@ pub(crate) fn encode(id: SnapshotId, ev: &Event<'_>, redacted: Option<&str>, msg
     out.push_str(",\"warnings\":");
     render::write_warnings(ev.table, d, msg, out);
     out.push_str(",\"degraded\":");
-    match d.degraded {
+    match d.degraded_reason {
         Some(reason) => write_json_string(reason, out),
         None => out.push_str("null"),
     }

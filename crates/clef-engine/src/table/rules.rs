@@ -209,7 +209,7 @@ pub struct Decision {
     /// the matching rule's fallback (filled in), offered to the caller beside the action
     pub fallback: Option<String>,
     /// why the answer is degraded (`"template"`: the fallback answered), if it is
-    pub degraded: Option<&'static str>,
+    pub degraded_reason: Option<&'static str>,
 }
 
 /// What an engine is built with besides its rules.
@@ -628,7 +628,7 @@ impl RuleEngine {
                 let mut filled = String::new();
                 if rule.fallback.is_some() && fallback(&mut filled).is_ok() {
                     decision.action = Some(filled);
-                    decision.degraded = Some("template");
+                    decision.degraded_reason = Some("template");
                     Err(Problem::Template { path: missing.path, fallback: true })
                 } else {
                     Err(Problem::Template { path: missing.path, fallback: false })
