@@ -96,14 +96,22 @@ fn bench(c: &mut Criterion) {
     for (name, input) in &inputs {
         let resolved = pipeline::resolve(&snapshot, Some(name), None).expect("the table");
         let mut out = String::new();
-        let d = pipeline::decide_staged(&tuned, &snapshot, resolved, input, &options, &mut out);
+        let d =
+            pipeline::decide_staged(&tuned, &snapshot, resolved, &pipeline::Prepared::bytes(input), &options, &mut out);
         assert!(d.result.is_ok() && out.contains("\"variant\""), "{name} is tuned: {out}");
         let pairs = [("off", &plain), ("on", &tuned), ("snapshots/off", &plain_ids), ("snapshots/on", &tuned_ids)];
         for (label, stages) in pairs {
             let case = format!("{name}/{label}");
             let decide_once = || {
                 out.clear();
-                black_box(pipeline::decide_staged(stages, &snapshot, resolved, black_box(input), &options, &mut out));
+                black_box(pipeline::decide_staged(
+                    stages,
+                    &snapshot,
+                    resolved,
+                    &pipeline::Prepared::bytes(black_box(input)),
+                    &options,
+                    &mut out,
+                ));
             };
             run_case(&mut group, count.as_deref(), &case, &case, decide_once);
         }

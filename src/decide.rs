@@ -149,18 +149,22 @@ pub fn decide_staged<'t>(
     stages: &Stages,
     tables: &'t Tables,
     (entry, table): (&'t Entry, &'t Arc<Table>),
-    body: &[u8],
+    input: &Prepared<'_, '_, '_>,
     options: &Options<'_>,
     out: &mut String,
 ) -> Decided<'t> {
+    let body = input.body;
+    if input.parsed_for(table) {
+        return decide_prepared(stages, tables, (entry, table), input, options, out);
+    }
     if !stages.read_body_besides(&table.name) {
-        let input = Prepared { body, root: None, parse_ns: 0 };
-        return decide_prepared(stages, tables, (entry, table), &input, options, out);
+        return decide_prepared(stages, tables, (entry, table), &Prepared::bytes(body), options, out);
     }
     let pipeline_started = Instant::now();
-    let parsed = crate::input::with_parsed(body, table.limits.max_input_depth, |root| {
+    let depth = table.limits.max_input_depth;
+    let parsed = crate::input::with_parsed(body, depth, |root| {
         let parse_ns = pipeline_started.elapsed().as_nanos() as u64;
-        decide_prepared(stages, tables, (entry, table), &Prepared { body, root: Some(&root), parse_ns }, options, out)
+        decide_prepared(stages, tables, (entry, table), &Prepared::parsed(body, &root, depth, parse_ns), options, out)
     });
     parsed.unwrap_or_else(|e| {
         // what the table alone answers for a body that does not parse: no canary draws on it
@@ -169,22 +173,47 @@ pub fn decide_staged<'t>(
     })
 }
 
-/// A request body as the pipeline's stages read it: the bytes (what snapshots record), and the
-/// parsed input when more than one stage reads it.
-struct Prepared<'b, 'r, 'v> {
+/// A request body as the pipeline's stages read it: the bytes (what snapshots record and the
+/// router forwards), and the parsed input when more than one stage reads it (the router's
+/// hash key, a canary key, a shadow table, besides the table).
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared<'b, 'r, 'v> {
     body: &'b [u8],
     root: Option<&'r Value<'v>>,
+    /// the nesting limit it was parsed under: a table with another limit parses it again
+    depth: usize,
     /// how long parsing took, when it was parsed for the stages: part of the decision's
     /// evaluation time, as a table's own scan is
     parse_ns: u64,
 }
 
-impl Prepared<'_, '_, '_> {
+impl<'b, 'r, 'v> Prepared<'b, 'r, 'v> {
+    /// A body not parsed yet: each stage that reads it parses it (the table with its own scan).
+    pub fn bytes(body: &'b [u8]) -> Self {
+        Prepared { body, root: None, depth: 0, parse_ns: 0 }
+    }
+
+    /// A body parsed once (by [`crate::input::with_parsed`] under `depth`, in `parse_ns`) for
+    /// every stage that reads it.
+    pub fn parsed(body: &'b [u8], root: &'r Value<'v>, depth: usize, parse_ns: u64) -> Self {
+        Prepared { body, root: Some(root), depth, parse_ns }
+    }
+
+    /// The body as received.
+    pub fn body(&self) -> &'b [u8] {
+        self.body
+    }
+
+    /// Whether it was parsed as `table` parses its inputs.
+    fn parsed_for(&self, table: &Table) -> bool {
+        self.root.is_some() && self.depth == table.limits.max_input_depth
+    }
+
     /// `table`'s decision of this input.
     fn decide(&self, table: &Table, explain: bool) -> Result<Decision, InputError> {
         match self.root {
-            Some(root) => table.decide_parsed(root, explain),
-            None => table.decide(self.body, explain),
+            Some(root) if self.parsed_for(table) => table.decide_parsed(root, explain),
+            _ => table.decide(self.body, explain),
         }
     }
 
@@ -230,7 +259,7 @@ fn decide_prepared<'t>(
         decision.degraded_reason = Some(reason);
     }
     let Ok(decision) = &result else {
-        let latency_ns = pipeline_started.elapsed().as_nanos() as u64;
+        let latency_ns = pipeline_started.elapsed().as_nanos() as u64 + input.parse_ns;
         return Decided { entry, table, result, latency_ns, snapshot: None };
     };
     let shadow = stages.shadow_for(tables, table, decision, input);
@@ -260,7 +289,7 @@ fn decide_prepared<'t>(
         variant: drawn.as_ref().map(|d| d.arm_name()),
     };
     render::write_decision(table, decision, &meta, out);
-    let latency_ns = pipeline_started.elapsed().as_nanos() as u64;
+    let latency_ns = pipeline_started.elapsed().as_nanos() as u64 + input.parse_ns;
     Decided { entry, table, result, latency_ns, snapshot }
 }
 
@@ -487,22 +516,22 @@ pub enum Routed {
     UpstreamFailed(String),
 }
 
-/// The route step: which instance decides `name` (the default table when `None`). Without a
-/// router, or for a table no instance serves, that is the local pipeline; a request that
-/// carries `X-Clef-Forwarded` (`forwarded`) is never forwarded again. Forwards (which yield)
-/// happen here, with the body as received.
+/// The route step: which instance decides `table` (the name asked for, else the default
+/// table's). Without a router, or for a table no instance serves, that is the local pipeline; a
+/// request that carries `X-Clef-Forwarded` (`forwarded`) is never forwarded again. Forwards
+/// (which yield) happen here, with the body as received.
 pub fn route(
     router: Option<&crate::router::Router>,
     tables: &Tables,
-    name: Option<&str>,
-    default: Option<&str>,
+    table: Option<&str>,
     local_load: f64,
     forwarded: bool,
+    input: &Prepared<'_, '_, '_>,
     out: crate::router::forward::Outgoing<'_>,
 ) -> Routed {
     use crate::router::{forward, Ask, Plan};
     let Some(router) = router else { return Routed::Local };
-    let Some(table) = name.or(default) else { return Routed::Local };
+    let Some(table) = table else { return Routed::Local };
     let loaded = |t: &str| tables.get(t).is_some_and(|s| s.current.is_some());
     let local_serves = loaded(table);
     let fallback = || router.config().fallback_table.clone().filter(|t| loaded(t));
@@ -513,7 +542,7 @@ pub fn route(
             None => Routed::Local,
         };
     }
-    let key = router.hash_path().and_then(|path| key_hash(out.body, path));
+    let key = router.hash_path().and_then(|path| input.key_hash(path));
     let plan = router.route(&Ask { table, local_serves, local_load, key });
     match plan {
         Plan::Local | Plan::Unknown => Routed::Local,
@@ -573,9 +602,9 @@ mod tests {
             r#"{"user": {"id": ""}}"#,
         ] {
             let bytes = body.as_bytes();
-            let alone = Prepared { body: bytes, root: None, parse_ns: 0 };
+            let alone = Prepared::bytes(bytes);
             crate::input::with_parsed(bytes, table.limits.max_input_depth, |root| {
-                let shared = Prepared { body: bytes, root: Some(&root), parse_ns: 0 };
+                let shared = Prepared::parsed(bytes, &root, table.limits.max_input_depth, 0);
                 for explain in [false, true] {
                     assert_eq!(shared.decide(&table, explain), alone.decide(&table, explain), "{body}");
                 }

@@ -10,7 +10,7 @@ use percent_encoding::percent_decode_str;
 use super::admin;
 use super::App;
 use crate::authz::{header_safe, Proxy, Verdict};
-use crate::decide::{self as pipeline, Refusal, Routed};
+use crate::decide::{self as pipeline, Prepared, Refusal, Routed};
 use crate::expr::json::{write_json_float, write_json_string, write_string_map};
 use crate::http1::{BodySink, Request, Response};
 use crate::input::batch::BatchInputs;
@@ -419,8 +419,13 @@ fn add_cors_headers(app: &App, req: &Request<'_>, rsp: &mut Response) {
 }
 
 fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) {
+    with_prepared(app, req.body, &mut |input| decide_prepared(app, name, input, req, rsp));
+}
+
+/// [`decide`] with the body prepared.
+fn decide_prepared(app: &App, name: Option<&str>, input: &Prepared<'_, '_, '_>, req: &Request<'_>, rsp: &mut Response) {
     let tables = app.registry.served();
-    let (name, degraded_reason) = match routed(app, &tables, name, Endpoint::Decide, req.body, req, rsp) {
+    let (name, degraded_reason) = match routed(app, &tables, name, Endpoint::Decide, input, req, rsp) {
         Step::Here(name, degraded_reason) => (name, degraded_reason),
         Step::Forwarded(answer) => return answer.write(rsp),
         Step::Answered => return,
@@ -431,7 +436,7 @@ fn decide(app: &App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response) 
     };
     let options = pipeline::Options { degraded_reason, ..decision_options(req) };
     let _inflight = app.enter(); // counted in flight until answered
-    let decided = pipeline::decide_staged(&app.stages, &tables, resolved, req.body, &options, &mut rsp.body);
+    let decided = pipeline::decide_staged(&app.stages, &tables, resolved, input, &options, &mut rsp.body);
     count(&decided);
     if let Err(e) = &decided.result {
         rsp.body.clear();
@@ -467,11 +472,12 @@ fn count(decided: &pipeline::Decided<'_>) {
 /// streamed: decided as the client reads it, from the body where the connection keeps it.
 fn batch<'a>(app: &'a App, name: Option<&str>, req: &Request<'_>, rsp: &mut Response<'a>) {
     let tables = app.registry.served();
-    let (name, degraded_reason) = match routed(app, &tables, name, Endpoint::Batch, req.body, req, rsp) {
-        Step::Here(name, degraded_reason) => (name, degraded_reason),
-        Step::Forwarded(answer) => return answer.write(rsp),
-        Step::Answered => return,
-    };
+    let (name, degraded_reason) =
+        match routed(app, &tables, name, Endpoint::Batch, &Prepared::bytes(req.body), req, rsp) {
+            Step::Here(name, degraded_reason) => (name, degraded_reason),
+            Step::Forwarded(answer) => return answer.write(rsp),
+            Step::Answered => return,
+        };
     if let Err(refusal) = pipeline::resolve(&tables, name.as_deref(), app.default_table.as_deref()) {
         return refuse(&refusal, rsp);
     }
@@ -535,7 +541,8 @@ fn decide_batch(
         let inflight = app.enter();
         while lines.len() < BATCH_GROUP_BYTES {
             let Some((line, bytes)) = inputs.next(body) else { break };
-            let decided = pipeline::decide_staged(&app.stages, tables, resolved, bytes, options, &mut lines);
+            let decided =
+                pipeline::decide_staged(&app.stages, tables, resolved, &Prepared::bytes(bytes), options, &mut lines);
             count(&decided);
             if let Err(e) = &decided.result {
                 render::write_line_error(e.error_code().as_str(), &e.to_string(), line, &mut lines);
@@ -560,9 +567,21 @@ fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Respon
         Ok(proxy) => proxy,
         Err(unknown) => return rsp.refuse(&unknown),
     };
-    let tables = app.registry.served();
     let input = authz_input(asked, req);
-    let (name, degraded_reason) = match routed(app, &tables, Some(name), Endpoint::Decide, input.as_bytes(), req, rsp) {
+    with_prepared(app, input.as_bytes(), &mut |input| authz_prepared(app, name, proxy, input, req, rsp));
+}
+
+/// [`authz`] with its input prepared.
+fn authz_prepared(
+    app: &App,
+    name: &str,
+    proxy: Proxy,
+    input: &Prepared<'_, '_, '_>,
+    req: &Request<'_>,
+    rsp: &mut Response,
+) {
+    let tables = app.registry.served();
+    let (name, degraded_reason) = match routed(app, &tables, Some(name), Endpoint::Decide, input, req, rsp) {
         Step::Here(name, degraded_reason) => (name, degraded_reason),
         Step::Forwarded(answer) => return authz_forwarded(answer, proxy, rsp),
         Step::Answered => return,
@@ -573,7 +592,7 @@ fn authz(app: &App, name: &str, asked: &str, req: &Request<'_>, rsp: &mut Respon
     };
     let options = pipeline::Options { degraded_reason, ..decision_options(req) };
     let _inflight = app.enter(); // counted in flight until answered
-    let decided = pipeline::decide_staged(&app.stages, &tables, resolved, input.as_bytes(), &options, &mut rsp.body);
+    let decided = pipeline::decide_staged(&app.stages, &tables, resolved, input, &options, &mut rsp.body);
     count(&decided);
     match &decided.result {
         Ok(decision) => {
@@ -612,13 +631,31 @@ enum Step<'n> {
     Answered,
 }
 
+/// Runs `then` with a decision body prepared for the pipeline: parsed once up front when the
+/// router hashes a field of it (the routing key and every stage that decides then read the
+/// same parse), else as bytes (the table reads what it needs with its own scan). A body that
+/// does not parse goes as bytes: the table answers why.
+fn with_prepared(app: &App, body: &[u8], then: &mut dyn FnMut(&Prepared<'_, '_, '_>)) {
+    if app.router.as_deref().is_some_and(|r| r.hash_path().is_some()) {
+        let started = std::time::Instant::now();
+        let depth = app.registry.sources().limits.max_input_depth;
+        let parsed = crate::input::with_parsed(body, depth, |root| {
+            then(&Prepared::parsed(body, &root, depth, started.elapsed().as_nanos() as u64));
+        });
+        if parsed.is_ok() {
+            return;
+        }
+    }
+    then(&Prepared::bytes(body));
+}
+
 /// The route step of a decision request (SPEC §7): without a router, decide here.
 fn routed<'n>(
     app: &App,
     tables: &Tables,
     name: Option<&'n str>,
     endpoint: Endpoint,
-    body: &[u8],
+    input: &Prepared<'_, '_, '_>,
     req: &Request<'_>,
     rsp: &mut Response,
 ) -> Step<'n> {
@@ -631,13 +668,15 @@ fn routed<'n>(
     let out = Outgoing {
         table: "",
         endpoint,
-        body,
+        body: input.body(),
         explain: req.query_flag("explain"),
         authorization,
         traceparent: req.header("traceparent"),
     };
     let forwarded = req.header("x-clef-forwarded").is_some();
-    match pipeline::route(Some(router), tables, name, app.default_table.as_deref(), app.load(), forwarded, out) {
+    let local_load = app.load();
+    let table = name.or(app.default_table.as_deref());
+    match pipeline::route(Some(router), tables, table, local_load, forwarded, input, out) {
         Routed::Local => Step::Here(name.map(Cow::Borrowed), None),
         Routed::Fallback(table) => Step::Here(Some(Cow::Owned(table)), Some("router_fallback")),
         Routed::Forwarded(answer) => Step::Forwarded(answer),
