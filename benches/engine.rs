@@ -5,8 +5,12 @@
 //! `moderation_workload.py` (about 500 distinct regexes and substring tests over one message)
 //! `chat_workload.py` and `textmod_workload.py` (a 1.6 KB forum post against N distinct
 //! regexes of the kinds moderation lists grow into: `(?i)` word lists, obfuscated spellings,
-//! phrases with gaps, literals that are common words, patterns without literals). In every
-//! table only the last rule matches.
+//! phrases with gaps, literals that are common words, patterns without literals), and
+//! `policy_workload.py` (a policy table grown for years over a 2 KB nested request: ORs of
+//! conjunctions, arithmetic, `??`, ternaries, string functions, hyphenated paths 3-4 deep,
+//! negative indexes, presence tests, tests repeated across rules, about half the rules false
+//! only on a test no index can use; `--shape nested`: path tests only). In every table only
+//! the last rule matches.
 //!
 //! Run: `cargo bench --bench engine` (`-- ruleset` for the YAML rule set against its Jev twin,
 //! `-- flash` for the flash table). Every decision includes parsing the input bytes, except
@@ -65,15 +69,19 @@ fn decide(c: &mut Criterion) {
         );
         group.bench_function(format!("{mix}-{rules}"), |b| b.iter(|| table.decide(black_box(&input), false)));
     }
-    for (script, rules, name) in [
-        ("chat_workload.py", 500, "chat-moderation-500"),
-        ("gateway_workload.py", 500, "gateway-500"),
-        ("gateway_workload.py", 5_000, "gateway-5000"),
-        ("moderation_workload.py", 500, "moderation-500"),
-        ("textmod_workload.py", 500, "textmod-500"),
-        ("textmod_workload.py", 5_000, "textmod-5000"),
+    for (script, rules, name, extra) in [
+        ("chat_workload.py", 500, "chat-moderation-500", &[][..]),
+        ("gateway_workload.py", 500, "gateway-500", &[]),
+        ("gateway_workload.py", 5_000, "gateway-5000", &[]),
+        ("moderation_workload.py", 500, "moderation-500", &[]),
+        ("textmod_workload.py", 500, "textmod-500", &[]),
+        ("textmod_workload.py", 5_000, "textmod-5000", &[]),
+        ("policy_workload.py", 500, "policy-500", &[]),
+        ("policy_workload.py", 5_000, "policy-5000", &[]),
+        ("policy_workload.py", 500, "nested-500", &["--shape", "nested"]),
+        ("policy_workload.py", 5_000, "nested-5000", &["--shape", "nested"]),
     ] {
-        let dir = local_workload(script, rules, name);
+        let dir = local_workload(script, rules, name, extra);
         let (table, input) = load(&dir);
         let d = table.decide(&input, false).unwrap();
         assert_eq!(d.rule, Some(rules - 1), "{name}: the last rule must match");
@@ -83,9 +91,11 @@ fn decide(c: &mut Criterion) {
     group.finish();
 }
 
-fn local_workload(script: &str, rules: usize, name: &str) -> PathBuf {
+fn local_workload(script: &str, rules: usize, name: &str, extra: &[&str]) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches").join(script);
-    workload(&script, &["--rules", &rules.to_string()], name)
+    let rules = rules.to_string();
+    let args: Vec<&str> = ["--rules", rules.as_str()].into_iter().chain(extra.iter().copied()).collect();
+    workload(&script, &args, name)
 }
 
 /// The last rule's 5-term condition, once the input is in slots.

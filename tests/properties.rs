@@ -513,18 +513,120 @@ proptest! {
     /// literal passes index the rules): the decisions and warnings of the reference scan.
     #[test]
     fn pattern_groups_decide_as_the_reference(table_json in message_table(), inputs in prop::collection::vec(message_input(), 1..6)) {
-        let table = Table::from_bytes(Path::new("gen.json"), table_json.as_bytes(), &Limits::default())
-            .expect("conditions that load alone load together");
-        for body in &inputs {
-            let slow = table.decide_reference(body.as_bytes()).expect("valid input");
-            for explain in [false, true] {
-                let fast = table.decide(body.as_bytes(), explain).expect("valid input");
-                prop_assert_eq!(fast.rule, slow.rule, "explain {} input {} table {}", explain, body, table_json);
-                prop_assert_eq!(&fast.warnings, &slow.warnings, "explain {} input {} table {}", explain, body, table_json);
-                same_trace(&fast, &slow)?;
-            }
+        decides_as_the_reference(&table_json, &inputs)?;
+    }
+}
+
+/// Nested paths of a policy input: 3-4 deep, hyphenated keys, negative indexes.
+const POLICY_FIELDS: &[&str] = &[
+    "req.http[\"x-k\"]",
+    "req.http.hdr[\"user-agent\"]",
+    "req.geo[\"cc-code\"].x",
+    "acct[\"bill-info\"].seats",
+    "acct[\"bill-info\"].paid",
+    "acct.hist[-1].st",
+    "acct.hist[0][\"age-m\"]",
+    "acct.roles[-2]",
+    "n",
+];
+
+fn policy_field() -> impl Strategy<Value = String> {
+    prop::sample::select(POLICY_FIELDS.to_vec()).prop_map(String::from)
+}
+
+/// The tests of a policy table: path tests and tests no index can use (arithmetic on both
+/// sides, `??` of two fields, ternaries, string functions, presence), the kinds a table repeats.
+fn policy_term() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => (policy_field(), prop::sample::select(vec!["==", "!=", "<", ">="]), literal())
+            .prop_map(|(f, op, l)| format!("{f} {op} {l}")),
+        1 => (policy_field(), prop::sample::select(vec!["in", "not in"]), list()).prop_map(|(f, op, l)| format!("{f} {op} {l}")),
+        1 => (policy_field(), prop::sample::select(vec!["== nil", "!= nil"])).prop_map(|(f, t)| format!("{f} {t}")),
+        1 => (prop::sample::select(vec!["\"x-k\"", "\"seats\"", "\"hdr\""]), prop::sample::select(vec!["req.http", "acct[\"bill-info\"]", "acct.hist[-1]"]))
+            .prop_map(|(k, o)| format!("{k} in {o}")),
+        1 => (policy_field(), -2i64..6, policy_field()).prop_map(|(f, d, g)| format!("{f} + {d} <= {g}")),
+        1 => (policy_field(), policy_field(), literal()).prop_map(|(f, g, l)| format!("({f} ?? {g}) < {l}")),
+        1 => (policy_field(), policy_field(), literal(), literal())
+            .prop_map(|(c, f, x, y)| format!("({c} ? {f} > {x} : {f} < {y})")),
+        1 => (policy_field(), needle()).prop_map(|(f, s)| format!("lower({f}) contains {s}")),
+        1 => (policy_field(), needle()).prop_map(|(f, s)| format!("upper(trim({f})) startsWith {s}")),
+        1 => (policy_field(), pattern()).prop_map(|(f, re)| format!("{f} matches {re}")),
+        1 => policy_field().prop_map(|f| format!("!{f}")),
+    ]
+}
+
+/// A policy table: rules written from a small pool of tests, so that most tests occur in many
+/// rules (answered once per decision), as ORs of conjunctions and negations.
+fn policy_table() -> impl Strategy<Value = String> {
+    (
+        prop::collection::vec(policy_term(), 2..12),
+        prop::collection::vec((0u8..4, prop::collection::vec(any::<prop::sample::Index>(), 1..5)), 1..40),
+    )
+        .prop_map(|(pool, rules)| {
+            let rules: Vec<serde_json::Value> = rules
+                .into_iter()
+                .map(|(shape, picks)| {
+                    let terms: Vec<&str> = picks.iter().map(|i| i.get(&pool).as_str()).collect();
+                    let (head, tail) = terms.split_at(terms.len() / 2);
+                    match (shape, head.is_empty()) {
+                        (0, false) => format!("({}) || ({})", head.join(" && "), tail.join(" && ")),
+                        (1, false) => format!("!({}) && {}", head.join(" && "), tail.join(" && ")),
+                        (2, false) => format!("{} && ({})", tail.join(" && "), head.join(" || ")),
+                        _ => terms.join(" && "),
+                    }
+                })
+                .filter(|cond| Expression::compile(cond, &Env::default(), true).is_ok())
+                .enumerate()
+                .map(|(i, cond)| serde_json::json!({"id": format!("r{i}"), "condition": cond, "action": {"n": i}}))
+                .collect();
+            serde_json::json!({"default": {"n": -1}, "rules": rules}).to_string()
+        })
+}
+
+/// Policy inputs: the nested objects the paths read, their leaves of any type (often absent).
+fn policy_input() -> impl Strategy<Value = String> {
+    let leaf = || prop::option::of(json_value());
+    let leaves = (leaf(), leaf(), leaf(), leaf(), leaf(), leaf(), leaf(), leaf(), leaf());
+    (leaves, any::<bool>()).prop_map(|((xk, ua, cc, seats, paid, st, age, role, n), no_bill)| {
+        let mut v = serde_json::json!({
+            "req": {"http": {"x-k": xk, "hdr": {"user-agent": ua}}, "geo": {"cc-code": {"x": cc}}},
+            "acct": {"bill-info": {"seats": seats, "paid": paid},
+                     "hist": [{"age-m": age}, {"st": st}], "roles": [role, "editor", "admin"]},
+            "n": n,
+        });
+        // a whole object absent, not only leaves
+        if let (true, Some(acct)) = (no_bill, v["acct"].as_object_mut()) {
+            acct.remove("bill-info");
+        }
+        v.to_string()
+    })
+}
+
+proptest! {
+    #![proptest_config(Config { cases: cases() / 4, max_global_rejects: 1_000_000, ..Config::default() })]
+
+    /// Policy tables that repeat their tests across rules (each answered once per decision):
+    /// the decisions, warnings and traces of the reference scan.
+    #[test]
+    fn repeated_tests_decide_as_the_reference(table_json in policy_table(), inputs in prop::collection::vec(policy_input(), 1..6)) {
+        decides_as_the_reference(&table_json, &inputs)?;
+    }
+}
+
+/// The decisions, warnings and traces of the reference scan on each input, with and without explain.
+fn decides_as_the_reference(table_json: &str, inputs: &[String]) -> Result<(), TestCaseError> {
+    let table = Table::from_bytes(Path::new("gen.json"), table_json.as_bytes(), &Limits::default())
+        .expect("conditions that load alone load together");
+    for body in inputs {
+        let slow = table.decide_reference(body.as_bytes()).expect("valid input");
+        for explain in [false, true] {
+            let fast = table.decide(body.as_bytes(), explain).expect("valid input");
+            prop_assert_eq!(fast.rule, slow.rule, "explain {} input {} table {}", explain, body, table_json);
+            prop_assert_eq!(&fast.warnings, &slow.warnings, "explain {} input {} table {}", explain, body, table_json);
+            same_trace(&fast, &slow)?;
         }
     }
+    Ok(())
 }
 
 /// With explain, each rule the fast path tried is in the reference's trace (which tries every

@@ -430,42 +430,10 @@ fn pattern_of(node: &Node) -> Option<((u8, u32), String)> {
     Some((subject, pattern))
 }
 
-fn visit_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
+/// Calls `f` on `node` and then on each node below it.
+pub(crate) fn visit_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
     f(node);
-    match node {
-        Node::Const(_) | Node::Slot(_) | Node::Memo(_) => {}
-        Node::Array(items) | Node::Power(items) | Node::And(items) | Node::Or(items) | Node::Call(_, items) => {
-            items.iter_mut().for_each(|n| visit_mut(n, f))
-        }
-        Node::Access(base, steps) => {
-            visit_mut(base, f);
-            for s in steps {
-                if let AccessStep::Index(n) = s {
-                    visit_mut(n, f);
-                }
-            }
-        }
-        Node::Unary(_, x)
-        | Node::EqConst { operand: x, .. }
-        | Node::CmpConst { operand: x, .. }
-        | Node::InSet { operand: x, .. }
-        | Node::StrTest { operand: x, .. }
-        | Node::Regex { operand: x, .. }
-        | Node::PatternHit { operand: x, .. } => visit_mut(x, f),
-        Node::Compare(_, a, b) => {
-            visit_mut(a, f);
-            visit_mut(b, f);
-        }
-        Node::Chain(first, rest) => {
-            visit_mut(first, f);
-            rest.iter_mut().for_each(|(_, n)| visit_mut(n, f));
-        }
-        Node::Ternary(c, a, b) => {
-            visit_mut(c, f);
-            visit_mut(a, f);
-            visit_mut(b, f);
-        }
-    }
+    node.for_each_child_mut(&mut |c| visit_mut(c, f));
 }
 
 /// Groups the substring and regex tests of each subject (a field, or a shared

@@ -15,6 +15,11 @@ pub struct Ctx<'a> {
     pub(crate) slots: Vec<SlotValue<'a>>,
     memos: Vec<Option<EvalResult<'a>>>,
     groups: Vec<Option<GroupState>>,
+    /// by predicate, two words a 64: answered this decision, answered `true` (allocated when
+    /// the decision first reaches a predicate)
+    pred_bits: Vec<u64>,
+    /// the predicates that failed, with their errors (rare: a malformed input)
+    pred_errors: Vec<(u32, EvalError)>,
     /// where computed strings and arrays live until the decision ends
     pub(crate) arena: &'a Bump,
 }
@@ -29,7 +34,7 @@ impl<'a> Ctx<'a> {
     pub fn with_slots(program: &'a Program, arena: &'a Bump, slots: Vec<SlotValue<'a>>) -> Ctx<'a> {
         let memos = if program.memos.is_empty() { Vec::new() } else { vec![None; program.memos.len()] };
         let groups = if program.groups.is_empty() { Vec::new() } else { vec![None; program.groups.len()] };
-        Ctx { program, slots, memos, groups, arena }
+        Ctx { program, slots, memos, groups, pred_bits: Vec::new(), pred_errors: Vec::new(), arena }
     }
 
     /// The input slots, once the decision is done with them.
@@ -52,6 +57,52 @@ impl<'a> Ctx<'a> {
             *slot = Some(r);
         }
         r
+    }
+
+    /// The answer of predicate `id` when this decision has computed it.
+    #[inline(always)]
+    fn known_pred(&self, id: u32) -> Option<Result<bool, EvalError>> {
+        let (word, mask) = ((id / 64) as usize * 2, 1u64 << (id % 64));
+        if self.pred_bits.get(word)? & mask == 0 {
+            return None;
+        }
+        if self.pred_bits.get(word + 1).is_some_and(|w| w & mask != 0) {
+            return Some(Ok(true));
+        }
+        Some(match self.pred_errors.iter().find(|(p, _)| *p == id) {
+            Some((_, e)) => Err(*e),
+            None => Ok(false),
+        })
+    }
+
+    /// The answer of predicate `id`, computed on first use.
+    #[inline(never)]
+    fn pred(&mut self, id: u32) -> Result<bool, EvalError> {
+        if let Some(answer) = self.known_pred(id) {
+            return answer;
+        }
+        let program = self.program;
+        let answer = match program.preds.get(id as usize) {
+            Some(node) => leaf_truth(node, self).map_or_else(|| eval_truth(node, self, "?"), Ok),
+            None => Ok(false),
+        };
+        if self.pred_bits.is_empty() {
+            self.pred_bits = vec![0; program.preds.len().div_ceil(64) * 2];
+        }
+        let (word, mask) = ((id / 64) as usize * 2, 1u64 << (id % 64));
+        if let Some(w) = self.pred_bits.get_mut(word) {
+            *w |= mask;
+        }
+        match answer {
+            Ok(true) => {
+                if let Some(w) = self.pred_bits.get_mut(word + 1) {
+                    *w |= mask;
+                }
+            }
+            Ok(false) => {}
+            Err(e) => self.pred_errors.push((id, e)),
+        }
+        answer
     }
 
     /// Sets memo `id` as if it had been computed (the rule index tries representative values).
@@ -103,19 +154,7 @@ fn operand<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
 
 /// Whether a node always yields a bool when it succeeds.
 fn is_predicate(node: &Node) -> bool {
-    matches!(
-        node,
-        Node::EqConst { .. }
-            | Node::CmpConst { .. }
-            | Node::InSet { .. }
-            | Node::StrTest { .. }
-            | Node::Regex { .. }
-            | Node::PatternHit { .. }
-            | Node::Compare(..)
-            | Node::And(_)
-            | Node::Or(_)
-            | Node::Unary(UnOp::Not, _)
-    )
+    node.is_comparison() || matches!(node, Node::Pred(_) | Node::And(_) | Node::Or(_) | Node::Unary(UnOp::Not, _))
 }
 
 /// Evaluates a rule's condition: true matches; false and nil do not; anything else is an error.
@@ -205,6 +244,7 @@ fn leaf_truth<'a>(node: &'a Node, cx: &Ctx<'a>) -> Option<bool> {
             };
             Some(found != *negate)
         }
+        Node::Pred(id) => cx.known_pred(*id)?.ok(),
         Node::Slot(_) => match slot(node)? {
             Value::Bool(b) => Some(b),
             _ => None,
@@ -282,6 +322,7 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
             }
             Ok(false)
         }
+        Node::Pred(id) => cx.pred(*id),
         Node::Unary(UnOp::Not, x) => eval_truth(x, cx, "!").map(|b| !b),
         // comparisons always give a bool
         Node::Compare(cmp, a, b) => {

@@ -4,7 +4,8 @@
 //! lookup, literal substrings use prebuilt `memchr` finders, regexes are
 //! compiled once, sub-expressions repeated across rules are computed once per
 //! decision ("memos"), and the string tests of one subject are answered by a
-//! single pass over it ("pattern groups").
+//! single pass over it ("pattern groups"), and the tests rules repeat are each answered at
+//! most once per decision ("predicates").
 
 use memchr::memmem::Finder;
 use regex::Regex;
@@ -31,6 +32,9 @@ pub enum Node {
     Slot(u32),
     /// a shared sub-expression, computed at most once per decision
     Memo(u32),
+    /// a test several rules make (`a + 2 <= b`, `lower(x) contains "y"`), its
+    /// truth or error computed at most once per decision (see [`super::preds`])
+    Pred(u32),
     /// `[a, b]` with non-constant items
     Array(Vec<Node>),
     /// member/index steps on a computed value
@@ -111,6 +115,61 @@ pub enum Node {
     Ternary(Box<Node>, Box<Node>, Box<Node>),
     /// a built-in function
     Call(Func, Vec<Node>),
+}
+
+impl Node {
+    /// Whether this is a comparison-level test (`==`, `<`, `in`, `contains`, `matches`, … with
+    /// any operands): its value is a bool or an error, whatever surrounds it.
+    pub(crate) fn is_comparison(&self) -> bool {
+        matches!(
+            self,
+            Node::EqConst { .. }
+                | Node::CmpConst { .. }
+                | Node::InSet { .. }
+                | Node::StrTest { .. }
+                | Node::Regex { .. }
+                | Node::PatternHit { .. }
+                | Node::Compare(..)
+        )
+    }
+
+    /// Calls `f` on each node directly below this one, in evaluation order.
+    pub(crate) fn for_each_child_mut(&mut self, f: &mut dyn FnMut(&mut Node)) {
+        match self {
+            Node::Const(_) | Node::Slot(_) | Node::Memo(_) | Node::Pred(_) => {}
+            Node::Array(items) | Node::Power(items) | Node::And(items) | Node::Or(items) | Node::Call(_, items) => {
+                items.iter_mut().for_each(f)
+            }
+            Node::Access(base, steps) => {
+                f(base);
+                for s in steps {
+                    if let AccessStep::Index(n) = s {
+                        f(n);
+                    }
+                }
+            }
+            Node::Unary(_, x)
+            | Node::EqConst { operand: x, .. }
+            | Node::CmpConst { operand: x, .. }
+            | Node::InSet { operand: x, .. }
+            | Node::StrTest { operand: x, .. }
+            | Node::Regex { operand: x, .. }
+            | Node::PatternHit { operand: x, .. } => f(x),
+            Node::Compare(_, a, b) => {
+                f(a);
+                f(b);
+            }
+            Node::Chain(first, rest) => {
+                f(first);
+                rest.iter_mut().for_each(|(_, n)| f(n));
+            }
+            Node::Ternary(c, a, b) => {
+                f(c);
+                f(a);
+                f(b);
+            }
+        }
+    }
 }
 
 /// One step of a runtime access chain.

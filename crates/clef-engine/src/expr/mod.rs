@@ -8,8 +8,9 @@
 //! The modules read one way, as data, a builder and runners:
 //! - [`ops`]: what every operator and function means; both evaluators call it;
 //! - `ast` (syntax, with positions), `ir` (compiled nodes) and `program` (the compiled table:
-//!   slots, memos, pattern groups, and the pass that reads an input into slots) are data;
-//! - `compile` builds a `Program` from checked syntax trees;
+//!   slots, memos, pattern groups, predicates, and the pass that reads an input into slots) are data;
+//! - `compile` builds a `Program` from checked syntax trees; `preds` then turns the tests a
+//!   table repeats into predicates answered once per decision;
 //! - [`eval`] runs a `Program` (it never imports the compiler); `reference` walks the syntax
 //!   tree with no slots, folding or index: the test oracle, not used to answer requests;
 //! - `json` writes JSON text, for every part of clef that does.
@@ -25,6 +26,7 @@ pub mod lexer;
 pub mod ops;
 pub mod parser;
 pub(crate) mod patterns;
+pub(crate) mod preds;
 pub(crate) mod program;
 pub(crate) mod reference;
 pub(crate) mod safety;

@@ -37,6 +37,8 @@ pub struct Program {
     pub memos: Vec<Node>,
     /// shared pattern passes
     pub groups: Vec<PatternGroup>,
+    /// tests several conditions make, answered once per decision ([`super::preds`])
+    pub preds: Vec<Node>,
     /// the compiled expressions, in the order given
     pub exprs: Vec<Node>,
     /// by slot: whether a decision reads it (an expression, the schema check or a template);

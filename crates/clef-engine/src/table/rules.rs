@@ -307,6 +307,8 @@ impl RuleEngine {
             }
         }
         let index = RuleIndex::build(&program);
+        // after the index, which reads the tests themselves; evaluation answers each once
+        crate::expr::preds::intern(&mut program);
         let plan = ReadPlan::new(&program);
         let mut enabled = vec![0u64; rules.len().div_ceil(64).max(1)];
         for (i, r) in rules.iter().enumerate() {
