@@ -3,7 +3,7 @@
 use bumpalo::Bump;
 
 use super::ir::{AccessStep, Node};
-use super::ops::{self, BinOp, EvalError, EvalResult, UnOp};
+use super::ops::{self, BinOp, EvalError, EvalResult, Num, UnOp};
 use super::patterns::{GroupState, PatternGroup};
 use super::program::{Program, SlotValue};
 use super::value::{same_bytes, Array, Const, Value};
@@ -50,7 +50,11 @@ impl<'a> Ctx<'a> {
         }
         let program = self.program;
         let r = match program.memos.get(id as usize) {
-            Some(node) => eval(node, self),
+            Some(node) => match numeric_node(node, self) {
+                Some(Numeric::Num(n)) => Ok(n.value()),
+                Some(Numeric::Nil) => Ok(Value::Nil),
+                None => eval(node, self),
+            },
             None => Ok(Value::Nil),
         };
         if let Some(slot) = self.memos.get_mut(id as usize) {
@@ -257,6 +261,102 @@ fn leaf_truth<'a>(node: &'a Node, cx: &Ctx<'a>) -> Option<bool> {
     }
 }
 
+/// A value on the number-only path: a number, or nil (which `??` replaces).
+#[derive(Clone, Copy)]
+enum Numeric {
+    Num(Num),
+    Nil,
+}
+
+/// The value of an arithmetic operand — fields and constants joined by `+ - * / % **` and `??`,
+/// most computed comparisons' operands — without building a [`Value`] at each step. `None`
+/// whenever the general path must judge: a part that is not a number or nil, nil in arithmetic,
+/// an overflow, a division by zero, any other node. Evaluation is pure, so the general path
+/// then computes the same parts again and gives the answer, or the error, it always gave.
+#[inline(always)]
+fn numeric<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> Option<Numeric> {
+    // fields, constants and computed memos in place; the rest with a call
+    match node {
+        Node::Slot(s) => match cx.slots.get(*s as usize) {
+            Some(Ok(v)) => numeric_value(v),
+            Some(Err(_)) => None,
+            None => Some(Numeric::Nil),
+        },
+        Node::Const(Const::Int(i)) => Some(Numeric::Num(Num::Int(*i))),
+        Node::Const(Const::Float(f)) => Some(Numeric::Num(Num::Float(*f))),
+        Node::Memo(m) => match cx.memos.get(*m as usize) {
+            Some(Some(r)) => numeric_value(r.as_ref().ok()?),
+            _ => numeric_node(node, cx),
+        },
+        _ => numeric_node(node, cx),
+    }
+}
+
+#[inline(always)]
+fn numeric_value(v: &Value<'_>) -> Option<Numeric> {
+    match v {
+        Value::Nil => Some(Numeric::Nil),
+        v => ops::num(v).map(Numeric::Num),
+    }
+}
+
+/// [`numeric`] of the nodes that take a call: a chain, a memo computed now.
+#[inline(never)]
+fn numeric_node<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> Option<Numeric> {
+    match node {
+        Node::Memo(m) => numeric_value(&cx.memo(*m).ok()?),
+        Node::Chain(first, rest) => {
+            let mut acc = numeric(first, cx)?;
+            for (op, item) in rest {
+                acc = match (op, acc) {
+                    (BinOp::Coalesce, Numeric::Nil) => numeric(item, cx)?,
+                    (BinOp::Coalesce, number) => number,
+                    (_, Numeric::Num(x)) => match numeric(item, cx)? {
+                        Numeric::Num(y) => Numeric::Num(ops::numeric(*op, x, y).ok()?),
+                        Numeric::Nil => return None,
+                    },
+                    (_, Numeric::Nil) => return None,
+                };
+            }
+            Some(acc)
+        }
+        _ => None,
+    }
+}
+
+/// A comparison of two numbers on the number-only path (`None`: the general path judges).
+#[inline]
+fn numeric_compare<'a>(op: BinOp, a: &'a Node, b: &'a Node, cx: &mut Ctx<'a>) -> Option<bool> {
+    let Numeric::Num(x) = numeric(a, cx)? else { return None };
+    let Numeric::Num(y) = numeric(b, cx)? else { return None };
+    let ord = ops::cmp_num(x, y);
+    match op {
+        BinOp::Eq => Some(ord == Some(std::cmp::Ordering::Equal)),
+        BinOp::Ne => Some(ord != Some(std::cmp::Ordering::Equal)),
+        _ => ops::order_holds(op, ord),
+    }
+}
+
+/// `x < c` with a computed `x` on the number-only path (a field's test was judged in place by
+/// [`leaf_truth`]; `None`: the general path judges).
+#[inline]
+fn numeric_compare_const<'a>(
+    node: &'a Node,
+    op: BinOp,
+    value: &Const,
+    const_left: bool,
+    cx: &mut Ctx<'a>,
+) -> Option<bool> {
+    let c = match (node, value) {
+        (Node::Slot(_), _) => return None,
+        (_, Const::Int(i)) => Num::Int(*i),
+        (_, Const::Float(f)) => Num::Float(*f),
+        _ => return None,
+    };
+    let Numeric::Num(x) = numeric(node, cx)? else { return None };
+    ops::order_holds(op, if const_left { ops::cmp_num(c, x) } else { ops::cmp_num(x, c) })
+}
+
 /// Ints of at most this magnitude are exactly floats.
 const EXACT_INT: u64 = 1 << 53;
 
@@ -268,11 +368,16 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         Node::EqConst { operand: operand_node, value, negate } => {
             with_value(operand_node, cx, |v| Ok(ops::equals(v, &Value::from_const(value)) != *negate))
         }
-        Node::CmpConst { operand: operand_node, op, value, const_left } => with_value(operand_node, cx, |v| {
-            let c = Value::from_const(value);
-            let (x, y) = if *const_left { (&c, v) } else { (v, &c) };
-            ops::compare(*op, x, y)
-        }),
+        Node::CmpConst { operand: operand_node, op, value, const_left } => {
+            if let Some(holds) = numeric_compare_const(operand_node, *op, value, *const_left, cx) {
+                return Ok(holds);
+            }
+            with_value(operand_node, cx, |v| {
+                let c = Value::from_const(value);
+                let (x, y) = if *const_left { (&c, v) } else { (v, &c) };
+                ops::compare(*op, x, y)
+            })
+        }
         Node::InSet { operand: operand_node, set, negate } => with_value(operand_node, cx, |v| {
             let found = match (&set.strings, v) {
                 (Some(strings), Value::Str(s)) => strings.contains(*s),
@@ -302,7 +407,10 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
             for item in items {
                 let holds = match leaf_truth(item, cx) {
                     Some(b) => b,
-                    None => eval_truth(item, cx, "&&")?,
+                    None => match item {
+                        Node::Pred(id) => cx.pred(*id)?,
+                        _ => eval_truth(item, cx, "&&")?,
+                    },
                 };
                 if !holds {
                     return Ok(false);
@@ -314,7 +422,10 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
             for item in items {
                 let holds = match leaf_truth(item, cx) {
                     Some(b) => b,
-                    None => eval_truth(item, cx, "||")?,
+                    None => match item {
+                        Node::Pred(id) => cx.pred(*id)?,
+                        _ => eval_truth(item, cx, "||")?,
+                    },
                 };
                 if holds {
                     return Ok(true);
@@ -326,6 +437,9 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         Node::Unary(UnOp::Not, x) => eval_truth(x, cx, "!").map(|b| !b),
         // comparisons always give a bool
         Node::Compare(cmp, a, b) => {
+            if let Some(holds) = numeric_compare(*cmp, a, b, cx) {
+                return Ok(holds);
+            }
             let x = operand(a, cx)?;
             let y = operand(b, cx)?;
             ops::compare_values(*cmp, &x, &y).and_then(|v| ops::truth(&v, op))

@@ -293,12 +293,25 @@ impl Func {
 
 /// Numeric view of a value.
 #[derive(Clone, Copy)]
-enum Num {
+pub(crate) enum Num {
+    /// an int
     Int(i64),
+    /// a float
     Float(f64),
 }
 
-fn num(v: &Value<'_>) -> Option<Num> {
+impl Num {
+    /// The number as a value.
+    pub(crate) fn value<'a>(self) -> Value<'a> {
+        match self {
+            Num::Int(i) => Value::Int(i),
+            Num::Float(f) => Value::Float(f),
+        }
+    }
+}
+
+/// The number a value is, if it is one.
+pub(crate) fn num(v: &Value<'_>) -> Option<Num> {
     match *v {
         Value::Int(i) => Some(Num::Int(i)),
         Value::Float(f) => Some(Num::Float(f)),
@@ -336,7 +349,7 @@ fn cmp_int_float(i: i64, f: f64) -> Option<Ordering> {
     }
 }
 
-fn cmp_num(a: Num, b: Num) -> Option<Ordering> {
+pub(crate) fn cmp_num(a: Num, b: Num) -> Option<Ordering> {
     match (a, b) {
         (Num::Int(x), Num::Int(y)) => Some(x.cmp(&y)),
         (Num::Float(x), Num::Float(y)) => x.partial_cmp(&y),
@@ -419,15 +432,21 @@ pub(crate) fn compare(op: BinOp, a: &Value<'_>, b: &Value<'_>) -> Result<bool, E
             _ => return Err(operands(op, a, b)),
         },
     };
-    // NaN compares false to everything (only reachable through float arithmetic).
-    let Some(ord) = ord else { return Ok(false) };
-    Ok(match op {
-        BinOp::Lt => ord == Ordering::Less,
-        BinOp::Le => ord != Ordering::Greater,
-        BinOp::Gt => ord == Ordering::Greater,
-        BinOp::Ge => ord != Ordering::Less,
-        _ => return Err(operands(op, a, b)),
-    })
+    order_holds(op, ord).ok_or_else(|| operands(op, a, b))
+}
+
+/// Whether ordering operator `op` holds for two operands ordered `ord` (`None`: unordered, as
+/// NaN, which compares false to everything); `None` when `op` is not an ordering operator.
+#[inline]
+pub(crate) fn order_holds(op: BinOp, ord: Option<Ordering>) -> Option<bool> {
+    let holds = match op {
+        BinOp::Lt => ord == Some(Ordering::Less),
+        BinOp::Le => matches!(ord, Some(Ordering::Less | Ordering::Equal)),
+        BinOp::Gt => ord == Some(Ordering::Greater),
+        BinOp::Ge => matches!(ord, Some(Ordering::Greater | Ordering::Equal)),
+        _ => return None,
+    };
+    Some(holds)
 }
 
 fn operands(op: BinOp, a: &Value<'_>, b: &Value<'_>) -> EvalError {
@@ -512,7 +531,15 @@ pub(crate) fn arithmetic<'a>(op: BinOp, a: &Value<'a>, b: &Value<'a>, arena: &'a
     let (Some(x), Some(y)) = (num(a), num(b)) else {
         return Err(operands(op, a, b));
     };
-    let overflow = || EvalError::Overflow { op: op.symbol() };
+    numeric(op, x, y).map(Num::value).map_err(|e| e.unwrap_or_else(|| operands(op, a, b)))
+}
+
+/// The arithmetic operators on two numbers: the one definition both evaluators' arithmetic and
+/// the optimized evaluator's number-only path use. `Err(None)` when `op` does not take these
+/// operands (a float `%`, an operator that is not arithmetic).
+#[inline]
+pub(crate) fn numeric(op: BinOp, x: Num, y: Num) -> Result<Num, Option<EvalError>> {
+    let overflow = || Some(EvalError::Overflow { op: op.symbol() });
     match op {
         BinOp::Add | BinOp::Sub | BinOp::Mul => match (x, y) {
             (Num::Int(p), Num::Int(q)) => {
@@ -521,11 +548,11 @@ pub(crate) fn arithmetic<'a>(op: BinOp, a: &Value<'a>, b: &Value<'a>, arena: &'a
                     BinOp::Sub => p.checked_sub(q),
                     _ => p.checked_mul(q),
                 };
-                r.map(Value::Int).ok_or_else(overflow)
+                r.map(Num::Int).ok_or_else(overflow)
             }
             _ => {
                 let (p, q) = (as_f64(x), as_f64(y));
-                Ok(Value::Float(match op {
+                Ok(Num::Float(match op {
                     BinOp::Add => p + q,
                     BinOp::Sub => p - q,
                     _ => p * q,
@@ -535,17 +562,17 @@ pub(crate) fn arithmetic<'a>(op: BinOp, a: &Value<'a>, b: &Value<'a>, arena: &'a
         BinOp::Div => {
             let q = as_f64(y);
             if q == 0.0 {
-                return Err(EvalError::DivisionByZero { op: "/" });
+                return Err(Some(EvalError::DivisionByZero { op: "/" }));
             }
-            Ok(Value::Float(as_f64(x) / q))
+            Ok(Num::Float(as_f64(x) / q))
         }
         BinOp::Rem => match (x, y) {
-            (Num::Int(_), Num::Int(0)) => Err(EvalError::DivisionByZero { op: "%" }),
-            (Num::Int(p), Num::Int(q)) => p.checked_rem(q).map(Value::Int).ok_or_else(overflow),
-            _ => Err(operands(op, a, b)),
+            (Num::Int(_), Num::Int(0)) => Err(Some(EvalError::DivisionByZero { op: "%" })),
+            (Num::Int(p), Num::Int(q)) => p.checked_rem(q).map(Num::Int).ok_or_else(overflow),
+            _ => Err(None),
         },
-        BinOp::Pow => Ok(Value::Float(as_f64(x).powf(as_f64(y)))),
-        _ => Err(operands(op, a, b)),
+        BinOp::Pow => Ok(Num::Float(as_f64(x).powf(as_f64(y)))),
+        _ => Err(None),
     }
 }
 

@@ -487,7 +487,11 @@ impl RuleEngine {
             let Some(condition) = self.program.exprs.get(r) else { return false };
             decision.evaluated += 1;
             let outcome = eval::eval_condition(condition, &mut cx);
-            let why = (explain && outcome == Ok(false)).then(|| self.why_not(r, &mut cx, root));
+            // most rules tried do not hold: without a trace there is nothing to record
+            if !explain && matches!(outcome, Ok(false)) {
+                return false;
+            }
+            let why = (explain && matches!(outcome, Ok(false))).then(|| self.why_not(r, &mut cx, root));
             self.record(decision, r, outcome, &cx.slots, why);
             decision.rule.is_some()
         });
@@ -544,7 +548,7 @@ impl RuleEngine {
         why: Option<String>,
     ) {
         let Some(rule) = self.rules.get(r) else { return };
-        let mut matched = outcome == Ok(true);
+        let mut matched = matches!(outcome, Ok(true));
         let mut reason = None;
         match outcome {
             Err(error) => decision.warnings.push(RuleWarning { rule: r, problem: Problem::Eval(error) }),
