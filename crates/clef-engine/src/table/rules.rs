@@ -309,6 +309,7 @@ impl RuleEngine {
         let index = RuleIndex::build(&program);
         // after the index, which reads the tests themselves; evaluation answers each once
         crate::expr::preds::intern(&mut program);
+        crate::expr::ir::lay_out_in_order(&mut program.exprs);
         let plan = ReadPlan::new(&program);
         let mut enabled = vec![0u64; rules.len().div_ceil(64).max(1)];
         for (i, r) in rules.iter().enumerate() {
