@@ -7,8 +7,30 @@
 
 use crate::diagnostic::quote;
 
+/// A Windows absolute path in the config: its message says what to write instead.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct WindowsPath {
+    /// the path as written, quoted as diagnostics quote it
+    path: String,
+    /// its last component (the folder's name), quoted: the examples of what to write
+    last: String,
+}
+
+impl std::fmt::Display for WindowsPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let WindowsPath { path, last } = self;
+        write!(
+            f,
+            "`{path}` is a Windows path, which does not exist on this Linux box; write a path relative to the folder \
+             of this config file (like `./{last}`) or a Linux absolute path (like `/etc/clef/{last}`)"
+        )
+    }
+}
+
+impl std::error::Error for WindowsPath {}
+
 /// Says what is wrong with a Windows absolute path (`C:\…`, `C:/…`, `\\server\share`), if `s` is one.
-pub(super) fn windows_path_problem(s: &str) -> Option<String> {
+pub(super) fn windows_path_problem(s: &str) -> Option<WindowsPath> {
     let b = s.as_bytes();
     let drive =
         b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':' && (b.len() == 2 || matches!(b[2], b'\\' | b'/'));
@@ -17,11 +39,7 @@ pub(super) fn windows_path_problem(s: &str) -> Option<String> {
         return None;
     }
     let last = quote(s.rsplit(['\\', '/']).find(|c| !c.is_empty() && !c.ends_with(':')).unwrap_or("tables"));
-    let s = quote(s);
-    Some(format!(
-        "`{s}` is a Windows path, which does not exist on this Linux box; write a path relative to the folder \
-         of this config file (like `./{last}`) or a Linux absolute path (like `/etc/clef/{last}`)"
-    ))
+    Some(WindowsPath { path: quote(s), last })
 }
 
 /// Rewrites double-quoted scalars that must be read raw as single-quoted scalars of the same
@@ -154,7 +172,7 @@ mod tests {
 
     #[test]
     fn windows_paths_are_recognised() {
-        assert!(windows_path_problem("C:\\clef\\tables").unwrap().contains("/etc/clef/tables"));
+        assert!(windows_path_problem("C:\\clef\\tables").unwrap().to_string().contains("/etc/clef/tables"));
         assert!(windows_path_problem("d:/x").is_some());
         assert!(windows_path_problem("\\\\server\\share").is_some());
         assert!(windows_path_problem(".\\tables").is_none());

@@ -96,7 +96,7 @@ pub fn check(overlay: &Overlay, table: &str, params: Option<&serde_json::Value>)
         if let Some(d) = with_value.as_object_mut() {
             d.insert("value".into(), p.value.clone());
         }
-        Tunable::read(name, &with_value).map_err(CheckFailed)?;
+        Tunable::read(name, &with_value).map_err(|e| CheckFailed(e.to_string()))?;
     }
     Ok(())
 }

@@ -505,6 +505,7 @@ impl Tuner {
                     tuned.name
                 );
             } else {
+                let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
                 log::error!("tuning {}: it is not tuned: {}", tuned.name, problems.join("; "));
             }
             tuned.fast.publish(None);

@@ -94,7 +94,7 @@ impl Verdict {
         let headers = match action.get("headers") {
             Some(Value::Object(members)) => members
                 .iter()
-                .filter(|(name, _)| header_name_problem(name).is_none())
+                .filter(|(name, _)| check_header_name(name).is_ok())
                 .filter_map(|(name, value)| {
                     let text = match value {
                         Value::String(s) => Cow::Borrowed(s.as_str()),
@@ -141,9 +141,7 @@ pub fn check_action(action: &Value) -> Result<(), ActionProblem> {
     match action.get("headers") {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Object(members)) => members.iter().try_for_each(|(name, value)| {
-            if let Some(problem) = header_name_problem(name) {
-                return Err(ActionProblem::HeaderName(problem));
-            }
+            check_header_name(name).map_err(ActionProblem::HeaderName)?;
             let Value::String(text) = value else {
                 return Err(ActionProblem::HeaderNotText {
                     name: name.clone(),
@@ -171,8 +169,8 @@ pub enum ActionProblem {
         /// `with "allow": true`, or `refusing`
         when: &'static str,
     },
-    /// a header name that is not one, or that clef sets itself (what is wrong)
-    HeaderName(String),
+    /// a header name that is not one, or that clef sets itself
+    HeaderName(HeaderNameProblem),
     /// a header value that is not a string
     HeaderNotText {
         /// the header
@@ -220,16 +218,40 @@ impl std::fmt::Display for ActionProblem {
 
 impl std::error::Error for ActionProblem {}
 
-/// Why `name` cannot be a header of an action, if it cannot.
-fn header_name_problem(name: &str) -> Option<String> {
+/// Why a name in an action's `headers` cannot be a header of the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderNameProblem {
+    /// not an HTTP header name: the name
+    NotAName(String),
+    /// a header clef sets itself (`x-clef-…`, `content-length`, …): the name
+    SetByClef(String),
+}
+
+impl std::fmt::Display for HeaderNameProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeaderNameProblem::NotAName(name) => {
+                write!(f, "\"{}\" is not a header name (letters, digits and !#$%&'*+-.^_`|~)", name.escape_debug())
+            }
+            HeaderNameProblem::SetByClef(name) => {
+                write!(f, "\"{name}\" is set by clef itself; an action may not set it")
+            }
+        }
+    }
+}
+
+impl std::error::Error for HeaderNameProblem {}
+
+/// Whether `name` can be a header of an action.
+fn check_header_name(name: &str) -> Result<(), HeaderNameProblem> {
     if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-        return Some(format!("\"{}\" is not a header name (letters, digits and !#$%&'*+-.^_`|~)", name.escape_debug()));
+        return Err(HeaderNameProblem::NotAName(name.to_string()));
     }
     let lower = name.to_ascii_lowercase();
     if RESERVED.contains(&lower.as_str()) || lower.starts_with("x-clef-") {
-        return Some(format!("\"{name}\" is set by clef itself; an action may not set it"));
+        return Err(HeaderNameProblem::SetByClef(name.to_string()));
     }
-    None
+    Ok(())
 }
 
 /// `text` fit for a response header: printable ASCII and spaces, anything else as `?`.

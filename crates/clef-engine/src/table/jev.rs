@@ -376,10 +376,11 @@ impl<'s> Loader<'s> {
                     self.at_key(v, k, format!("unknown key \"{k}\" in parameter \"{name}\"{hint}"));
                 }
             }
-            let tunable = serde_json::from_str::<serde_json::Value>(decl.get())
-                .map_err(|e| e.to_string())
-                .and_then(|d| super::params::Tunable::read(&name, &d));
-            if let Err(problem) = tunable {
+            let problem = match serde_json::from_str::<serde_json::Value>(decl.get()) {
+                Ok(d) => super::params::Tunable::read(&name, &d).err().map(|e| e.to_string()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(problem) = problem {
                 self.at(decl, problem);
                 env.broken_params.insert(name);
                 continue;

@@ -24,17 +24,112 @@ pub struct Tunable {
     pub integer: bool,
 }
 
+/// What is wrong with the declaration of a parameter: its `min`, `max`, `step`, `tunable` or,
+/// for a tunable one, its `value`. The message names the parameter; the loaders place it on the
+/// declaration, and the tuning and promotion checks report it for their files.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeclarationError {
+    /// `min`, `max` or `step` is not a finite number
+    NotANumber {
+        /// the parameter
+        name: String,
+        /// `min`, `max` or `step`
+        key: &'static str,
+        /// what is written instead
+        written: serde_json::Value,
+    },
+    /// `tunable` is not true or false
+    TunableNotBool {
+        /// the parameter
+        name: String,
+        /// what is written instead
+        written: serde_json::Value,
+    },
+    /// `min` is above `max`
+    MinAboveMax {
+        /// the parameter
+        name: String,
+        /// the lower bound as written
+        min: f64,
+        /// the upper bound as written
+        max: f64,
+    },
+    /// `step` is 0 or below
+    StepNotPositive {
+        /// the parameter
+        name: String,
+        /// the step as written
+        step: f64,
+    },
+    /// a tunable parameter's `value` is not a finite number
+    ValueNotANumber {
+        /// the parameter
+        name: String,
+    },
+    /// a tunable parameter has no `step`
+    NoStep {
+        /// the parameter
+        name: String,
+    },
+    /// a tunable parameter's `value` is outside `[min, max]`
+    OutsideBounds {
+        /// the parameter
+        name: String,
+        /// the value
+        value: f64,
+        /// the lower bound (`None`: no bound)
+        min: Option<f64>,
+        /// the upper bound (`None`: no bound)
+        max: Option<f64>,
+    },
+}
+
+impl std::fmt::Display for DeclarationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeclarationError::NotANumber { name, key, written } => {
+                write!(f, "parameter \"{name}\": \"{key}\" must be a number, not {written}")
+            }
+            DeclarationError::TunableNotBool { name, written } => {
+                write!(f, "parameter \"{name}\": \"tunable\" must be true or false, not {written}")
+            }
+            DeclarationError::MinAboveMax { name, min, max } => {
+                write!(f, "parameter \"{name}\": \"min\" ({min}) is above \"max\" ({max})")
+            }
+            DeclarationError::StepNotPositive { name, step } => {
+                write!(f, "parameter \"{name}\": \"step\" must be above 0, not {step}")
+            }
+            DeclarationError::ValueNotANumber { name } => write!(
+                f,
+                "parameter \"{name}\" is tunable, so its \"value\" must be a number (tuning moves it by \"step\")"
+            ),
+            DeclarationError::NoStep { name } => write!(
+                f,
+                "parameter \"{name}\" is tunable but has no \"step\": say how far one move goes, such as \"step\": 0.01"
+            ),
+            DeclarationError::OutsideBounds { name, value, min, max } => write!(
+                f,
+                "parameter \"{name}\": \"value\" {value} is outside [min, max] = [{}, {}]",
+                min.map_or("-∞".into(), |v| v.to_string()),
+                max.map_or("∞".into(), |v| v.to_string())
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DeclarationError {}
+
 impl Tunable {
     /// Reads the declaration of parameter `name`: `Ok(None)` when it is not tunable, the
     /// tunable parameter when it is, or what is wrong with its `min`, `max`, `step` or
     /// `tunable` (a message that names the parameter).
-    pub fn read(name: &str, decl: &serde_json::Value) -> Result<Option<Tunable>, String> {
-        let number = |key: &str| -> Result<Option<f64>, String> {
+    pub fn read(name: &str, decl: &serde_json::Value) -> Result<Option<Tunable>, DeclarationError> {
+        let number = |key: &'static str| -> Result<Option<f64>, DeclarationError> {
             match decl.get(key) {
                 None | Some(serde_json::Value::Null) => Ok(None),
                 Some(v) => match v.as_f64() {
                     Some(n) if n.is_finite() => Ok(Some(n)),
-                    _ => Err(format!("parameter \"{name}\": \"{key}\" must be a number, not {v}")),
+                    _ => Err(DeclarationError::NotANumber { name: name.to_string(), key, written: v.clone() }),
                 },
             }
         };
@@ -42,16 +137,16 @@ impl Tunable {
         let tunable = match decl.get("tunable") {
             None | Some(serde_json::Value::Null) => false,
             Some(serde_json::Value::Bool(b)) => *b,
-            Some(v) => return Err(format!("parameter \"{name}\": \"tunable\" must be true or false, not {v}")),
+            Some(v) => return Err(DeclarationError::TunableNotBool { name: name.to_string(), written: v.clone() }),
         };
         if let (Some(lo), Some(hi)) = (min, max) {
             if lo > hi {
-                return Err(format!("parameter \"{name}\": \"min\" ({lo}) is above \"max\" ({hi})"));
+                return Err(DeclarationError::MinAboveMax { name: name.to_string(), min: lo, max: hi });
             }
         }
         if let Some(s) = step {
             if s <= 0.0 {
-                return Err(format!("parameter \"{name}\": \"step\" must be above 0, not {s}"));
+                return Err(DeclarationError::StepNotPositive { name: name.to_string(), step: s });
             }
         }
         let value = decl.get("value");
@@ -59,21 +154,13 @@ impl Tunable {
             return Ok(None);
         }
         let Some(value_n) = value.and_then(serde_json::Value::as_f64).filter(|v| v.is_finite()) else {
-            return Err(format!(
-                "parameter \"{name}\" is tunable, so its \"value\" must be a number (tuning moves it by \"step\")"
-            ));
+            return Err(DeclarationError::ValueNotANumber { name: name.to_string() });
         };
         let Some(step) = step else {
-            return Err(format!(
-                "parameter \"{name}\" is tunable but has no \"step\": say how far one move goes, such as \"step\": 0.01"
-            ));
+            return Err(DeclarationError::NoStep { name: name.to_string() });
         };
         if min.is_some_and(|lo| value_n < lo) || max.is_some_and(|hi| value_n > hi) {
-            return Err(format!(
-                "parameter \"{name}\": \"value\" {value_n} is outside [min, max] = [{}, {}]",
-                min.map_or("-∞".into(), |v| v.to_string()),
-                max.map_or("∞".into(), |v| v.to_string())
-            ));
+            return Err(DeclarationError::OutsideBounds { name: name.to_string(), value: value_n, min, max });
         }
         let whole = |v: Option<f64>| v.is_none_or(|x| x.fract() == 0.0);
         let integer = value.is_some_and(|v| v.is_i64() || v.is_u64()) && whole(Some(step)) && whole(min) && whole(max);
@@ -106,13 +193,13 @@ pub fn tunables(declared: Option<&serde_json::Value>) -> Vec<Tunable> {
 }
 
 /// What is wrong with the declarations among `declared` that [`tunables`] leaves out, by name.
-pub fn problems(declared: Option<&serde_json::Value>) -> Vec<String> {
+pub fn problems(declared: Option<&serde_json::Value>) -> Vec<DeclarationError> {
     read_all(declared).filter_map(|(_, read)| read.err()).collect()
 }
 
 fn read_all(
     declared: Option<&serde_json::Value>,
-) -> impl Iterator<Item = (&String, Result<Option<Tunable>, String>)> + '_ {
+) -> impl Iterator<Item = (&String, Result<Option<Tunable>, DeclarationError>)> + '_ {
     let sorted: BTreeMap<&String, &serde_json::Value> = match declared {
         Some(serde_json::Value::Object(decls)) => decls.iter().collect(),
         _ => BTreeMap::new(),
@@ -145,7 +232,7 @@ mod tests {
 
     #[test]
     fn declarations_that_cannot_work() {
-        let err = |d: serde_json::Value| Tunable::read("p", &d).unwrap_err();
+        let err = |d: serde_json::Value| Tunable::read("p", &d).unwrap_err().to_string();
         assert!(err(json!({"value": "x", "step": 1, "tunable": true})).contains("must be a number"));
         assert!(err(json!({"value": 1, "tunable": true})).contains("no \"step\""));
         assert!(err(json!({"value": 1, "step": 0, "tunable": true})).contains("above 0"));
@@ -167,6 +254,7 @@ mod tests {
         assert_eq!(names, ["a", "b"]);
         let why = problems(Some(&declared));
         assert_eq!(why.len(), 1);
-        assert!(why[0].contains("\"broken\" is tunable"), "{why:?}");
+        assert_eq!(why[0], DeclarationError::ValueNotANumber { name: "broken".into() });
+        assert!(why[0].to_string().contains("\"broken\" is tunable"), "{why:?}");
     }
 }

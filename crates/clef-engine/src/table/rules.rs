@@ -5,7 +5,7 @@ use bumpalo::Bump;
 use rustc_hash::FxHashMap;
 
 use super::index::{Candidates, RuleIndex};
-use super::template::{MissingValue, Template};
+use super::template::{MissingValue, Template, TemplateError};
 use crate::expr::ast::{Expr, ExprKind, Step};
 use crate::expr::compile::compile_program;
 use crate::expr::eval::{self, Ctx};
@@ -133,9 +133,9 @@ pub enum BuildError {
     /// its condition
     Condition(ExprError),
     /// a placeholder of its action
-    Action(String),
+    Action(TemplateError),
     /// a placeholder of its fallback
-    Fallback(String),
+    Fallback(TemplateError),
 }
 
 /// Why a table cannot take other parameter values.
@@ -166,13 +166,10 @@ impl std::fmt::Display for ParamsError {
                 write!(f, "table \"{table}\" is a {kind} table: it has no parameters")
             }
             ParamsError::Undeclared(name) => write!(f, "the table declares no parameter \"{name}\""),
-            ParamsError::Rule { rule, error } => {
-                let what = match error {
-                    BuildError::Condition(e) => &e.message,
-                    BuildError::Action(m) | BuildError::Fallback(m) => m,
-                };
-                write!(f, "rule \"{rule}\": {what}")
-            }
+            ParamsError::Rule { rule, error } => match error {
+                BuildError::Condition(e) => write!(f, "rule \"{rule}\": {}", e.message),
+                BuildError::Action(e) | BuildError::Fallback(e) => write!(f, "rule \"{rule}\": {e}"),
+            },
         }
     }
 }

@@ -345,7 +345,7 @@ impl<'s> Reader<'s> {
                 }
             }
             if let Some(Err(problem)) = decl.to_json().ok().map(|d| super::params::Tunable::read(&name, &d)) {
-                self.at(&decl.span, problem);
+                self.at(&decl.span, problem.to_string());
                 env.broken_params.insert(name);
                 continue;
             }
@@ -816,8 +816,52 @@ fn const_kind(c: &Const) -> &'static str {
     }
 }
 
+/// Why a condition's `field` is not a dotted path of the input; the loader writes the message
+/// after `"field"`.
+#[derive(Debug, PartialEq, Eq)]
+enum FieldPathError {
+    /// two dots with nothing between them (or a dot at an end)
+    EmptyName {
+        /// the path as written
+        path: String,
+    },
+    /// the first segment is not a name of letters, digits and `_`
+    FirstNotAName {
+        /// the path as written
+        path: String,
+    },
+    /// the first segment is a word of the condition language (`nil`, `in`, …)
+    Keyword {
+        /// the path as written
+        path: String,
+        /// the word
+        word: String,
+    },
+}
+
+impl std::fmt::Display for FieldPathError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FieldPathError::EmptyName { path } => {
+                write!(f, "`{}` has an empty name between dots; write a path like headers.user-agent", quote(path))
+            }
+            FieldPathError::FirstNotAName { path } => write!(
+                f,
+                "`{}` must start with a name (letters, digits and `_`, not starting with a digit): the top-level \
+                 field of the input",
+                quote(path)
+            ),
+            FieldPathError::Keyword { path, word } => {
+                write!(f, "`{}` starts with `{word}`, a word of the condition language", quote(path))
+            }
+        }
+    }
+}
+
+impl std::error::Error for FieldPathError {}
+
 /// A dotted field path as an expression: `headers.user-agent` → `headers["user-agent"]`.
-fn field_expr(path: &str) -> Result<String, String> {
+fn field_expr(path: &str) -> Result<String, FieldPathError> {
     let mut segments = path.split('.');
     let first = segments.next().unwrap_or("");
     let is_name = |s: &str| {
@@ -826,17 +870,13 @@ fn field_expr(path: &str) -> Result<String, String> {
             && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '$')
     };
     if path.split('.').any(str::is_empty) {
-        return Err(format!("`{}` has an empty name between dots; write a path like headers.user-agent", quote(path)));
+        return Err(FieldPathError::EmptyName { path: path.to_string() });
     }
     if !is_name(first) {
-        return Err(format!(
-            "`{}` must start with a name (letters, digits and `_`, not starting with a digit): the top-level \
-             field of the input",
-            quote(path)
-        ));
+        return Err(FieldPathError::FirstNotAName { path: path.to_string() });
     }
     if KEYWORDS.iter().any(|(k, _)| *k == first) {
-        return Err(format!("`{}` starts with `{first}`, a word of the condition language", quote(path)));
+        return Err(FieldPathError::Keyword { path: path.to_string(), word: first.to_string() });
     }
     let mut out = first.to_string();
     for seg in segments {
@@ -947,10 +987,13 @@ mod tests {
         assert_eq!(field_expr("metrics.edge_error_rate_1m").unwrap(), "metrics.edge_error_rate_1m");
         assert_eq!(field_expr("a.in.b c").unwrap(), "a.in[\"b c\"]");
         assert_eq!(field_expr("a.\"q\"").unwrap(), "a[\"\\\"q\\\"\"]");
-        assert!(field_expr("a..b").is_err());
+        assert_eq!(field_expr("a..b"), Err(FieldPathError::EmptyName { path: "a..b".into() }));
         assert!(field_expr("user-agent").is_err());
-        assert!(field_expr("1a").is_err());
-        assert!(field_expr("nil.x").is_err());
+        assert_eq!(field_expr("1a"), Err(FieldPathError::FirstNotAName { path: "1a".into() }));
+        assert_eq!(
+            field_expr("nil.x").unwrap_err().to_string(),
+            "`nil.x` starts with `nil`, a word of the condition language"
+        );
     }
 
     #[test]

@@ -231,7 +231,7 @@ impl Problems<'_> {
 }
 
 /// Calls `f` on every string inside `v`, stopping at the first error.
-fn each_string(v: &serde_json::Value, f: &mut dyn FnMut(&str) -> Result<(), String>) -> Result<(), String> {
+fn each_string<E>(v: &serde_json::Value, f: &mut dyn FnMut(&str) -> Result<(), E>) -> Result<(), E> {
     match v {
         serde_json::Value::String(s) => f(s),
         serde_json::Value::Array(items) => items.iter().try_for_each(|i| each_string(i, f)),

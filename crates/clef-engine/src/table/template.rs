@@ -37,14 +37,60 @@ pub struct MissingValue {
     pub path: Box<str>,
 }
 
+/// Why the strings of an action (or a fallback) cannot be made into a [`Template`]: what is wrong
+/// with a placeholder, or with the text around it. The loaders place the message on the action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TemplateError {
+    /// `{{` opens a placeholder that no `}}` closes
+    Unclosed {
+        /// the byte of the string where the `{{` is
+        at: usize,
+    },
+    /// `{{ }}`, with no path inside
+    Empty,
+    /// the path is not dotted segments of letters, digits, `_` and `-`
+    NotAPath {
+        /// the path as written
+        path: String,
+        /// the first segment that is not a field name
+        segment: String,
+    },
+    /// a string holds U+E000, which marks the holes while the action is serialized
+    ReservedCharacter,
+    /// a hole's marker was not found in the serialized action (a bug, not the file's fault)
+    Lost,
+}
+
+impl std::fmt::Display for TemplateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TemplateError::Unclosed { at } => write!(f, "`{{{{` at byte {at} is never closed with `}}}}`"),
+            TemplateError::Empty => {
+                f.write_str("an empty placeholder `{{ }}`; write the input field's path, like `{{ user.id }}`")
+            }
+            TemplateError::NotAPath { path, segment } => write!(
+                f,
+                "the placeholder `{{{{ {path} }}}}` is not a dotted path of field names (at `{segment}`); \
+                 write it like `{{{{ headers.x-query-hash }}}}`"
+            ),
+            TemplateError::ReservedCharacter => {
+                f.write_str("a string of the action holds the character U+E000, which clef reserves")
+            }
+            TemplateError::Lost => f.write_str("a placeholder was lost while serializing"),
+        }
+    }
+}
+
+impl std::error::Error for TemplateError {}
+
 /// The placeholders `{{ path }}` of `text` as (byte range of the whole placeholder, path).
 /// `Err` says what is wrong with one.
-pub fn placeholders(text: &str) -> Result<Vec<(std::ops::Range<usize>, &str)>, String> {
+pub fn placeholders(text: &str) -> Result<Vec<(std::ops::Range<usize>, &str)>, TemplateError> {
     let mut out = Vec::new();
     let mut from = 0;
     while let Some(open) = text[from..].find("{{").map(|i| i + from) {
         let Some(close) = text[open + 2..].find("}}").map(|i| i + open + 2) else {
-            return Err(format!("`{{{{` at byte {open} is never closed with `}}}}`"));
+            return Err(TemplateError::Unclosed { at: open });
         };
         let path = text[open + 2..close].trim();
         check_path(path)?;
@@ -55,17 +101,14 @@ pub fn placeholders(text: &str) -> Result<Vec<(std::ops::Range<usize>, &str)>, S
 }
 
 /// A placeholder's path: dotted segments of letters, digits, `_` and `-`.
-fn check_path(path: &str) -> Result<(), String> {
+fn check_path(path: &str) -> Result<(), TemplateError> {
     if path.is_empty() {
-        return Err("an empty placeholder `{{ }}`; write the input field's path, like `{{ user.id }}`".into());
+        return Err(TemplateError::Empty);
     }
     let bad =
         path.split('.').find(|seg| seg.is_empty() || !seg.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'));
     match bad {
-        Some(seg) => Err(format!(
-            "the placeholder `{{{{ {path} }}}}` is not a dotted path of field names (at `{seg}`); \
-             write it like `{{{{ headers.x-query-hash }}}}`"
-        )),
+        Some(seg) => Err(TemplateError::NotAPath { path: path.to_string(), segment: seg.to_string() }),
         None => Ok(()),
     }
 }
@@ -78,7 +121,7 @@ pub fn path_segments(path: &str) -> Vec<PathSeg> {
 impl Template {
     /// The template of `action`, or `None` when no string in it holds a placeholder. Adds to
     /// `program` a slot for each placeholder's path. `Err` says what is wrong with a placeholder.
-    pub fn new(action: &serde_json::Value, program: &mut Program) -> Result<Option<Template>, String> {
+    pub fn new(action: &serde_json::Value, program: &mut Program) -> Result<Option<Template>, TemplateError> {
         let mut holes: Vec<(String, bool)> = Vec::new();
         let marked = mark(action, &mut holes)?;
         if holes.is_empty() {
@@ -92,7 +135,7 @@ impl Template {
             let marker = marker(n);
             // a whole-string placeholder is replaced with its quotes
             let needle = if *whole { format!("\"{marker}\"") } else { marker };
-            let at = rest.find(&needle).ok_or_else(|| "a placeholder was lost while serializing".to_string())?;
+            let at = rest.find(&needle).ok_or(TemplateError::Lost)?;
             pieces.push(rest[..at].into());
             rest = &rest[at + needle.len()..];
             let slot = program.slot_for(&path_segments(path));
@@ -152,12 +195,12 @@ fn marker(n: usize) -> String {
 }
 
 /// A copy of `v` whose placeholders are replaced by markers; `holes` gets (path, whole string).
-fn mark(v: &serde_json::Value, holes: &mut Vec<(String, bool)>) -> Result<serde_json::Value, String> {
+fn mark(v: &serde_json::Value, holes: &mut Vec<(String, bool)>) -> Result<serde_json::Value, TemplateError> {
     use serde_json::Value as J;
     Ok(match v {
         J::String(s) => {
             if s.contains('\u{e000}') {
-                return Err("a string of the action holds the character U+E000, which clef reserves".into());
+                return Err(TemplateError::ReservedCharacter);
             }
             let found = placeholders(s)?;
             if found.is_empty() {
@@ -200,10 +243,15 @@ mod tests {
     fn placeholders_are_found_with_or_without_spaces() {
         let found = placeholders("a {{ x.y-z }} b {{w}}").unwrap();
         assert_eq!(found.iter().map(|(_, p)| *p).collect::<Vec<_>>(), vec!["x.y-z", "w"]);
-        assert!(placeholders("{{ a").is_err());
-        assert!(placeholders("{{ }}").is_err());
+        assert_eq!(placeholders("x {{ a").unwrap_err(), TemplateError::Unclosed { at: 2 });
+        assert_eq!(placeholders("x {{ a").unwrap_err().to_string(), "`{{` at byte 2 is never closed with `}}`");
+        assert_eq!(placeholders("{{ }}").unwrap_err(), TemplateError::Empty);
         assert!(placeholders("{{ a..b }}").is_err());
-        assert!(placeholders("{{ a[0] }}").is_err());
+        assert_eq!(
+            placeholders("{{ a[0] }}").unwrap_err().to_string(),
+            "the placeholder `{{ a[0] }}` is not a dotted path of field names (at `a[0]`); \
+             write it like `{{ headers.x-query-hash }}`"
+        );
         assert_eq!(placeholders("no braces { here }").unwrap().len(), 0);
     }
 }

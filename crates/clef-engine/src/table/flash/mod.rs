@@ -201,52 +201,189 @@ fn range_bucket(bounds: &[f64], buckets: &[u16], x: f64) -> Option<u16> {
     buckets.get(i).copied()
 }
 
+/// Why a [`FlashSpec`] does not hold together, as [`FlashTable::new`] finds it: for a `.cfb`
+/// made by hand or damaged (the source front end reports its problems with positions first).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SpecError {
+    /// the table has no dimension
+    NoDimensions,
+    /// more than [`MAX_DIMENSIONS`] dimensions: how many
+    TooManyDimensions(usize),
+    /// no action, or more than a cell can name: how many
+    ActionCount(usize),
+    /// a dimension cannot be looked up
+    Dimension(DimensionError),
+    /// two dimensions have this name
+    DuplicateDimension(String),
+    /// the dimensions make more than [`MAX_CELLS`] cells
+    TooManyCells,
+    /// the cells are not as many as the dimensions make
+    CellCount {
+        /// the cells there are
+        cells: usize,
+        /// the cells the dimensions make
+        expected: usize,
+    },
+    /// a cell names an action that does not exist
+    CellAction {
+        /// the cell's index
+        cell: usize,
+        /// the action it names
+        action: u16,
+        /// the actions there are
+        actions: usize,
+    },
+    /// the default names an action that does not exist
+    DefaultAction {
+        /// the action it names
+        action: u16,
+        /// the actions there are
+        actions: usize,
+    },
+    /// an action is not one an `/authz` answer can take
+    Action {
+        /// the action's index
+        index: usize,
+        /// what is wrong with it
+        problem: crate::authz::ActionProblem,
+    },
+    /// an action is not a JSON object: its index
+    ActionNotObject(usize),
+}
+
+impl std::fmt::Display for SpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpecError::NoDimensions => f.write_str("a flash table needs at least one dimension"),
+            SpecError::TooManyDimensions(n) => write!(f, "{n} dimensions; at most {MAX_DIMENSIONS} are allowed"),
+            SpecError::ActionCount(n) => write!(f, "{n} actions; a flash table has 1 to {} actions", u16::MAX),
+            SpecError::Dimension(e) => e.fmt(f),
+            SpecError::DuplicateDimension(name) => write!(f, "two dimensions are named \"{name}\""),
+            SpecError::TooManyCells => write!(f, "more than {MAX_CELLS} cells"),
+            SpecError::CellCount { cells, expected } => write!(f, "{cells} cells, but the dimensions make {expected}"),
+            SpecError::CellAction { cell, action, actions } => {
+                write!(f, "cell #{cell} names action #{action}, but there are {actions} actions")
+            }
+            SpecError::DefaultAction { action, actions } => {
+                write!(f, "the default is action #{action}, but there are {actions} actions")
+            }
+            SpecError::Action { index, problem } => write!(f, "action #{index}: {problem}"),
+            SpecError::ActionNotObject(index) => write!(f, "action #{index} is not a JSON object"),
+        }
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+/// Why a dimension of a [`FlashSpec`] cannot be looked up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DimensionError {
+    /// the dimension's name
+    pub dimension: String,
+    /// what is wrong with it
+    pub problem: DimensionProblem,
+}
+
+/// What is wrong with a dimension (see [`DimensionError`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum DimensionProblem {
+    /// its name cannot be part of cell names ([`name_problem`])
+    Name(&'static str),
+    /// its field is not a dotted path ([`field_problem`])
+    Field(&'static str),
+    /// no value, or more than a cell index can count: how many
+    ValueCount(usize),
+    /// a value cannot be part of cell names ([`value_problem`])
+    Value(&'static str),
+    /// this value is listed twice
+    DuplicateValue(String),
+    /// a numeric dimension with an empty list of ranges
+    NoRanges,
+    /// a range maps to a value that does not exist
+    RangeValue {
+        /// the range's index
+        range: usize,
+        /// the value's index it names
+        value: u16,
+    },
+    /// a range holds no number
+    EmptyRange {
+        /// the range's index
+        range: usize,
+        /// its lower bound
+        min: f64,
+        /// its upper bound
+        max: f64,
+    },
+    /// this range does not start where the one before it ends
+    NotContiguous(usize),
+}
+
+impl std::fmt::Display for DimensionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "dimension \"{}\"", self.dimension)?;
+        match &self.problem {
+            DimensionProblem::Name(problem) | DimensionProblem::Field(problem) | DimensionProblem::Value(problem) => {
+                write!(f, ": {problem}")
+            }
+            DimensionProblem::ValueCount(n) => write!(f, " has {n} values; 1 to {} are allowed", u16::MAX),
+            DimensionProblem::DuplicateValue(v) => write!(f, " lists the value \"{v}\" twice"),
+            DimensionProblem::NoRanges => f.write_str(" has no ranges"),
+            DimensionProblem::RangeValue { range, value } => {
+                write!(f, ": range #{range} maps to value #{value}, which does not exist")
+            }
+            DimensionProblem::EmptyRange { range, min, max } => write!(f, ": range #{range} [{min}, {max}) is empty"),
+            DimensionProblem::NotContiguous(i) => write!(f, ": ranges #{} and #{i} are not contiguous", i - 1),
+        }
+    }
+}
+
+impl std::error::Error for DimensionError {}
+
 impl FlashTable {
     /// Builds the lookup structures of `spec`, after checking everything the lookup relies on
     /// (see the module comment). The error says what is wrong, for a `.cfb` that does not hold
     /// together; the source front end reports its problems with positions before this.
-    pub fn new(mut spec: FlashSpec) -> Result<FlashTable, String> {
+    pub fn new(mut spec: FlashSpec) -> Result<FlashTable, SpecError> {
         if spec.dimensions.is_empty() {
-            return Err("a flash table needs at least one dimension".into());
+            return Err(SpecError::NoDimensions);
         }
         if spec.dimensions.len() > MAX_DIMENSIONS {
-            return Err(format!("{} dimensions; at most {MAX_DIMENSIONS} are allowed", spec.dimensions.len()));
+            return Err(SpecError::TooManyDimensions(spec.dimensions.len()));
         }
         if spec.actions.is_empty() || spec.actions.len() > usize::from(u16::MAX) {
-            return Err(format!("{} actions; a flash table has 1 to {} actions", spec.actions.len(), u16::MAX));
+            return Err(SpecError::ActionCount(spec.actions.len()));
         }
         let mut names: Vec<&str> = Vec::new();
         let mut cells = 1usize;
         for d in &spec.dimensions {
-            check_dimension(d)?;
+            check_dimension(d)
+                .map_err(|problem| SpecError::Dimension(DimensionError { dimension: d.name.clone(), problem }))?;
             if names.contains(&d.name.as_str()) {
-                return Err(format!("two dimensions are named \"{}\"", d.name));
+                return Err(SpecError::DuplicateDimension(d.name.clone()));
             }
             names.push(&d.name);
-            cells = cells
-                .checked_mul(d.values.len())
-                .filter(|&c| c <= MAX_CELLS)
-                .ok_or_else(|| format!("more than {MAX_CELLS} cells"))?;
+            cells = cells.checked_mul(d.values.len()).filter(|&c| c <= MAX_CELLS).ok_or(SpecError::TooManyCells)?;
         }
         if spec.cells.len() != cells {
-            return Err(format!("{} cells, but the dimensions make {cells}", spec.cells.len()));
+            return Err(SpecError::CellCount { cells: spec.cells.len(), expected: cells });
         }
         let n_actions = spec.actions.len();
-        if let Some((i, a)) = spec.cells.iter().enumerate().find(|(_, &a)| usize::from(a) >= n_actions) {
-            return Err(format!("cell #{i} names action #{a}, but there are {n_actions} actions"));
+        if let Some((i, &a)) = spec.cells.iter().enumerate().find(|(_, &a)| usize::from(a) >= n_actions) {
+            return Err(SpecError::CellAction { cell: i, action: a, actions: n_actions });
         }
         if spec.default.is_some_and(|a| usize::from(a) >= n_actions) {
             let a = spec.default.unwrap_or_default();
-            return Err(format!("the default is action #{a}, but there are {n_actions} actions"));
+            return Err(SpecError::DefaultAction { action: a, actions: n_actions });
         }
         let mut actions = Vec::with_capacity(n_actions);
         for (i, a) in spec.actions.iter().enumerate() {
             match serde_json::from_str::<serde_json::Value>(a) {
                 Ok(v @ serde_json::Value::Object(_)) => {
-                    crate::authz::check_action(&v).map_err(|problem| format!("action #{i}: {problem}"))?;
+                    crate::authz::check_action(&v).map_err(|problem| SpecError::Action { index: i, problem })?;
                     actions.push(v.to_string().into_boxed_str());
                 }
-                _ => return Err(format!("action #{i} is not a JSON object")),
+                _ => return Err(SpecError::ActionNotObject(i)),
             }
         }
         // As written, compact: what the source gives, and what a .cfb holds unless it was made by hand.
@@ -530,33 +667,32 @@ fn json_bound(x: f64) -> String {
 }
 
 /// What a dimension needs to be looked up, as an error for a `.cfb` that breaks it.
-fn check_dimension(d: &DimensionSpec) -> Result<(), String> {
-    let label = format!("dimension \"{}\"", d.name);
+fn check_dimension(d: &DimensionSpec) -> Result<(), DimensionProblem> {
     if let Some(problem) = name_problem(&d.name) {
-        return Err(format!("{label}: {problem}"));
+        return Err(DimensionProblem::Name(problem));
     }
     if let Some(problem) = field_problem(&d.field) {
-        return Err(format!("{label}: {problem}"));
+        return Err(DimensionProblem::Field(problem));
     }
     if d.values.is_empty() || d.values.len() > usize::from(u16::MAX) {
-        return Err(format!("{label} has {} values; 1 to {} are allowed", d.values.len(), u16::MAX));
+        return Err(DimensionProblem::ValueCount(d.values.len()));
     }
     for (i, v) in d.values.iter().enumerate() {
         if let Some(problem) = value_problem(v) {
-            return Err(format!("{label}: {problem}"));
+            return Err(DimensionProblem::Value(problem));
         }
         if d.values.iter().take(i).any(|w| w == v) {
-            return Err(format!("{label} lists the value \"{v}\" twice"));
+            return Err(DimensionProblem::DuplicateValue(v.clone()));
         }
     }
     if let Some(ranges) = &d.ranges {
         if ranges.is_empty() {
-            return Err(format!("{label} has no ranges"));
+            return Err(DimensionProblem::NoRanges);
         }
         let mut previous_max = None;
         for (i, r) in ranges.iter().enumerate() {
             if usize::from(r.bucket) >= d.values.len() {
-                return Err(format!("{label}: range #{i} maps to value #{}, which does not exist", r.bucket));
+                return Err(DimensionProblem::RangeValue { range: i, value: r.bucket });
             }
             if r.min.is_nan()
                 || r.max.is_nan()
@@ -564,10 +700,10 @@ fn check_dimension(d: &DimensionSpec) -> Result<(), String> {
                 || r.min == f64::INFINITY
                 || r.max == f64::NEG_INFINITY
             {
-                return Err(format!("{label}: range #{i} [{}, {}) is empty", r.min, r.max));
+                return Err(DimensionProblem::EmptyRange { range: i, min: r.min, max: r.max });
             }
             if previous_max.is_some_and(|max| max != r.min) {
-                return Err(format!("{label}: ranges #{} and #{i} are not contiguous", i - 1));
+                return Err(DimensionProblem::NotContiguous(i));
             }
             previous_max = Some(r.max);
         }
@@ -696,15 +832,20 @@ mod tests {
     fn a_spec_that_does_not_hold_together_is_refused() {
         let mut s = spec();
         s.cells.pop();
-        assert!(FlashTable::new(s).unwrap_err().contains("5 cells"));
+        assert_eq!(FlashTable::new(s).unwrap_err().to_string(), "5 cells, but the dimensions make 6");
         let mut s = spec();
         s.cells[2] = 2;
         assert!(FlashTable::new(s).is_err());
         let mut s = spec();
         s.dimensions[1].ranges.as_mut().unwrap()[1].min = 0.2;
-        assert!(FlashTable::new(s).unwrap_err().contains("contiguous"));
+        let e = FlashTable::new(s).unwrap_err();
+        assert!(matches!(&e, SpecError::Dimension(d) if d.problem == DimensionProblem::NotContiguous(1)), "{e:?}");
+        assert!(e.to_string().contains("ranges #0 and #1 are not contiguous"), "{e}");
         let mut s = spec();
         s.dimensions[0].values[2] = "desktop".into();
-        assert!(FlashTable::new(s).unwrap_err().contains("twice"));
+        assert_eq!(
+            FlashTable::new(s).unwrap_err().to_string(),
+            format!("dimension \"{}\" lists the value \"desktop\" twice", spec().dimensions[0].name)
+        );
     }
 }

@@ -132,7 +132,7 @@ pub fn load(path: &str, source: &str, source_sha256: [u8; 32]) -> Result<(FlashT
         description: meta.description.clone(),
         source_sha256,
     };
-    let table = FlashTable::new(spec).map_err(|e| vec![Diagnostic::whole_file(path, e)])?;
+    let table = FlashTable::new(spec).map_err(|e| vec![Diagnostic::whole_file(path, e.to_string())])?;
     let size = cfb::write(&table).len();
     if size > cfb::MAX_BYTES {
         p.l.at(
@@ -740,13 +740,39 @@ impl<'s> Front<'s> {
     }
 }
 
+/// Why a key of `"mapping"` is not a range; the loader writes the message after the key.
+#[derive(Debug, PartialEq, Eq)]
+enum RangeKeyError {
+    /// a bound below 0
+    Negative,
+    /// the lower bound is not below the upper one
+    Empty,
+    /// neither `"LO-HI"` nor `"LO+"`
+    NotARange,
+}
+
+impl std::fmt::Display for RangeKeyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RangeKeyError::Negative => {
+                "has a negative bound: range keys take non-negative bounds; for negative ones write \
+                 \"ranges\": [{\"value\": …, \"min\": -1, \"max\": 0}, …] instead of \"mapping\""
+            }
+            RangeKeyError::Empty => "is empty: the lower bound must be below the upper one",
+            RangeKeyError::NotARange => {
+                "is not a range: write \"LO-HI\" for [LO, HI) or \"LO+\" for LO and above, like \"0.03-0.1\""
+            }
+        })
+    }
+}
+
+impl std::error::Error for RangeKeyError {}
+
 /// A range key: `"LO-HI"` is [LO, HI), `"LO+"` is [LO, ∞); bounds are non-negative numbers.
-fn range_key(key: &str) -> Result<(f64, f64), String> {
+fn range_key(key: &str) -> Result<(f64, f64), RangeKeyError> {
     let k = key.trim();
-    let negative = "has a negative bound: range keys take non-negative bounds; for negative ones write \
-                    \"ranges\": [{\"value\": …, \"min\": -1, \"max\": 0}, …] instead of \"mapping\"";
     if k.starts_with('-') || k.contains("--") {
-        return Err(negative.into());
+        return Err(RangeKeyError::Negative);
     }
     let (min, max) = if let Some(lo) = k.strip_suffix('+') {
         (number(lo), Some(f64::INFINITY))
@@ -759,8 +785,8 @@ fn range_key(key: &str) -> Result<(f64, f64), String> {
     };
     match (min, max) {
         (Some(min), Some(max)) if min < max => Ok((min, max)),
-        (Some(_), Some(_)) => Err("is empty: the lower bound must be below the upper one".into()),
-        _ => Err("is not a range: write \"LO-HI\" for [LO, HI) or \"LO+\" for LO and above, like \"0.03-0.1\"".into()),
+        (Some(_), Some(_)) => Err(RangeKeyError::Empty),
+        _ => Err(RangeKeyError::NotARange),
     }
 }
 
@@ -794,11 +820,14 @@ mod tests {
         assert_eq!(range_key("0.1+"), Ok((0.1, f64::INFINITY)));
         assert_eq!(range_key("1e-3-2e-3"), Ok((0.001, 0.002)));
         assert_eq!(range_key(" 5 - 10 "), Ok((5.0, 10.0)));
-        assert!(range_key("-1-0").unwrap_err().contains("negative"));
-        assert!(range_key("0--1").unwrap_err().contains("negative"));
-        assert!(range_key("0.1-0.1").unwrap_err().contains("empty"));
-        assert!(range_key("low").unwrap_err().contains("not a range"));
-        assert!(range_key("inf+").unwrap_err().contains("not a range"));
-        assert!(range_key("1-inf").unwrap_err().contains("not a range"));
+        assert_eq!(range_key("-1-0"), Err(RangeKeyError::Negative));
+        assert_eq!(range_key("0--1"), Err(RangeKeyError::Negative));
+        assert_eq!(range_key("0.1-0.1"), Err(RangeKeyError::Empty));
+        assert_eq!(range_key("low"), Err(RangeKeyError::NotARange));
+        assert_eq!(range_key("inf+"), Err(RangeKeyError::NotARange));
+        assert_eq!(range_key("1-inf"), Err(RangeKeyError::NotARange));
+        assert!(RangeKeyError::Negative.to_string().contains("negative"));
+        assert!(RangeKeyError::Empty.to_string().contains("empty"));
+        assert!(RangeKeyError::NotARange.to_string().contains("not a range"));
     }
 }
