@@ -241,7 +241,7 @@ pub struct Reloaded {
     /// tables with kill switches for rules they do not have, with those rule ids
     pub switches_without_rule: Vec<(String, Vec<String>)>,
     /// why the changed state could not be saved in `state_dir`, if it could not
-    pub persist_error: Option<String>,
+    pub persist_error: Option<PersistError>,
 }
 
 /// Where tables come from and how they are built.
@@ -291,8 +291,56 @@ pub struct RolledBack {
     /// the version serving now
     pub table: Arc<Table>,
     /// why the pin could not be saved in `state_dir` (it holds until a restart), if it could not
-    pub persist_error: Option<String>,
+    pub persist_error: Option<PersistError>,
 }
+
+/// Why a change that took effect (a reload's pins, a kill switch, a rollback) could not be saved
+/// in `state_dir`: it holds until the server restarts.
+#[derive(Debug, Clone)]
+pub enum PersistError {
+    /// the file of kill switches and rollback pins could not be written
+    SaveState {
+        /// the state file
+        path: PathBuf,
+        /// what the file system said
+        cause: Arc<std::io::Error>,
+    },
+    /// the source of the version a rollback pinned could not be kept in `pins/`
+    KeepPinSource {
+        /// the pinned version
+        version: String,
+        /// the state folder
+        dir: PathBuf,
+        /// why not
+        cause: PinSourceProblem,
+    },
+}
+
+/// Why a pinned version's source could not be kept.
+#[derive(Debug, Clone)]
+pub enum PinSourceProblem {
+    /// the registry did not keep that version's bytes
+    NotKept,
+    /// writing it failed
+    Write(Arc<std::io::Error>),
+}
+
+impl std::fmt::Display for PersistError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PersistError::SaveState { path, cause } => write!(f, "cannot save {}: {cause}", path.display()),
+            PersistError::KeepPinSource { version, dir, cause } => {
+                write!(f, "cannot keep the source of version {version} in {}: ", dir.display())?;
+                match cause {
+                    PinSourceProblem::NotKept => f.write_str("its source was not kept"),
+                    PinSourceProblem::Write(e) => write!(f, "{e}"),
+                }
+            }
+        }
+    }
+}
+
+impl std::error::Error for PersistError {}
 
 /// Why a rollback did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,7 +365,7 @@ pub struct Switched {
     /// the ids of the table's rules switched off now, in rule order
     pub switched_off: Vec<String>,
     /// why the switch could not be saved in `state_dir` (it holds until a restart), if it could not
-    pub persist_error: Option<String>,
+    pub persist_error: Option<PersistError>,
 }
 
 /// Why a kill switch was not set.

@@ -168,6 +168,28 @@ fn a_kill_switch_takes_effect_at_once_and_survives_reloads_and_restarts() {
 }
 
 #[test]
+fn a_switch_that_cannot_be_saved_still_takes_effect_and_says_why() {
+    let srv = Server::start(&two_workers(), &[("risk.json", &table("one"))]);
+    switch_ok(&srv, "risk", "big", false);
+    // a folder where the state file goes: every save fails (even as root, unlike a read-only mode)
+    let state = srv.path().join("state/registry.json");
+    std::fs::remove_file(&state).unwrap();
+    std::fs::create_dir(&state).unwrap();
+    let r = switch(&srv, "risk", "vip", "false");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let j = r.json();
+    assert_eq!((&j["persisted"], &j["switched_off"]), (&json!(false), &json!(["big", "vip"])), "{j}");
+    let why = j["persist_error"].as_str().unwrap_or_else(|| panic!("no persist_error: {j}"));
+    assert!(why.starts_with("cannot save ") && why.contains("registry.json: "), "{why}");
+    assert_eq!(srv.action("risk", r#"{"x": 1, "tier": "vip"}"#), "default", "the switch holds");
+    // once the file system takes it again, the next change saves both switches
+    std::fs::remove_dir(&state).unwrap();
+    let j = switch_ok(&srv, "risk", "big", true);
+    assert!(j.get("persist_error").is_none(), "{j}");
+    assert_eq!(state_file(&srv)["switches"], json!({"risk": ["vip"]}));
+}
+
+#[test]
 fn a_switched_off_rule_decides_as_one_disabled_in_the_file() {
     // `warns` fails on a string x (a warning), `hit` matches
     let rules = |warns_enabled: bool| {

@@ -27,8 +27,8 @@ use crossbeam::channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::state::{Pin, PinSourceError, State, Store};
 use super::{
-    pick, Entry, FailureKind, Outcome, Reloaded, RollbackError, RolledBack, Sources, SwitchError, Switched, TableError,
-    Tables, KEPT_VERSIONS, MISSING_GRACE,
+    pick, Entry, FailureKind, Outcome, PersistError, PinSourceProblem, Reloaded, RollbackError, RolledBack, Sources,
+    SwitchError, Switched, TableError, Tables, KEPT_VERSIONS, MISSING_GRACE,
 };
 use crate::table::{Engine, LoadError, Table};
 
@@ -255,12 +255,12 @@ impl Writer {
     }
 
     /// Saves the state; the error, if it could not be.
-    fn persist(&self) -> Option<String> {
+    fn persist(&self) -> Option<PersistError> {
         let store = self.store.as_ref()?;
         match store.save(&self.state) {
             Ok(()) => None,
             Err(e) => {
-                let e = format!("cannot save {}: {e}", store.state_path().display());
+                let e = PersistError::SaveState { path: store.state_path(), cause: Arc::new(e) };
                 log::error!("{e}; the change holds until the server restarts");
                 Some(e)
             }
@@ -623,14 +623,19 @@ impl Writer {
         };
         let mut persist_error = None;
         if let Some(store) = &self.store {
-            let written = unpack(&previous)
-                .ok_or_else(|| "its source was not kept".to_string())
-                .and_then(|bytes| store.write_pin_source(&pin.version, &pin.path, &bytes).map_err(|e| e.to_string()));
+            let written = unpack(&previous).ok_or(PinSourceProblem::NotKept).and_then(|bytes| {
+                store
+                    .write_pin_source(&pin.version, &pin.path, &bytes)
+                    .map_err(|e| PinSourceProblem::Write(Arc::new(e)))
+            });
             match written {
                 Ok(source) => pin.source = source,
-                Err(e) => {
-                    let e =
-                        format!("cannot keep the source of version {} in {}: {e}", pin.version, store.dir().display());
+                Err(cause) => {
+                    let e = PersistError::KeepPinSource {
+                        version: pin.version.clone(),
+                        dir: store.dir().to_path_buf(),
+                        cause,
+                    };
                     log::error!("table {name}: {e}; the pin holds until the server restarts");
                     persist_error = Some(e);
                 }

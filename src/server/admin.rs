@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use super::App;
 use crate::expr::json::write_json_string;
 use crate::http1::Response;
-use crate::registry::{Entry, Reloaded, SwitchError, WriterError};
+use crate::registry::{Entry, PersistError, Reloaded, SwitchError, WriterError};
 use crate::table::Engine;
 
 /// `PUT /tables/{name}/rules/{id}/enabled` with a body of `true` or `false`: a kill switch
@@ -41,7 +41,7 @@ pub fn rule_enabled(app: &App, name: &str, rule: &str, body: &[u8], rsp: &mut Re
             }
             b.push_str(",\"switched_off\":");
             write_string_array(&switched.switched_off, b);
-            write_persisted(app, switched.persist_error.as_deref(), b);
+            write_persisted(app, switched.persist_error.as_ref(), b);
             b.push('}');
         }
         Err(SwitchError::UnknownTable) => rsp.fail(ErrorCode::UnknownTable, &format!("no table named \"{name}\"")),
@@ -70,17 +70,17 @@ pub fn writer_failed(e: WriterError, rsp: &mut Response) {
 }
 
 /// `,"persisted":…` (and `"persist_error"` when the change could not be saved in `state_dir`).
-pub fn write_persisted(app: &App, error: Option<&str>, b: &mut String) {
+pub fn write_persisted(app: &App, error: Option<&PersistError>, b: &mut String) {
     let persisted = app.registry.state_dir().is_some() && error.is_none();
     let _ = write!(b, ",\"persisted\":{persisted}");
     write_persist_error(error, b);
 }
 
 /// `,"persist_error":…` when a change could not be saved in `state_dir`.
-pub fn write_persist_error(error: Option<&str>, b: &mut String) {
+pub fn write_persist_error(error: Option<&PersistError>, b: &mut String) {
     if let Some(e) = error {
         b.push_str(",\"persist_error\":");
-        write_json_string(e, b);
+        write_json_string(&e.to_string(), b);
     }
 }
 

@@ -194,6 +194,19 @@ mod tests {
     }
 
     proptest! {
+        /// What `write_json_string` and `write_string_map` write reads back as what they were
+        /// given, for any text (controls, quotes, backslashes, any script).
+        #[test]
+        fn written_strings_read_back_as_themselves(key in "(?s).{0,40}", text in "(?s).{0,200}") {
+            let mut one = String::new();
+            write_json_string(&text, &mut one);
+            prop_assert_eq!(serde_json::from_str::<String>(&one).ok(), Some(text.clone()));
+            let mut map = String::new();
+            write_string_map(&[(key.clone(), text.clone()), ("z".into(), key.clone())], &mut map);
+            let read: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&map).map_err(|e| TestCaseError::fail(format!("{e}: {map}")))?;
+            prop_assert_eq!(read.get(&key).and_then(|v| v.as_str()), Some(if key == "z" { key.as_str() } else { text.as_str() }));
+        }
+
         /// A bounded write is the start of the full text: all of it within the budget, else
         /// more than the budget's bytes and at least a quarter as many characters.
         #[test]
