@@ -2,6 +2,7 @@
 
 use bumpalo::Bump;
 
+use super::branching::{Target, Test, FAILS, HOLDS, NO_PROGRAM};
 use super::ir::{AccessStep, Node};
 use super::ops::{self, BinOp, EvalError, EvalResult, Num, UnOp};
 use super::patterns::{GroupState, PatternGroup};
@@ -170,6 +171,46 @@ pub fn eval_condition<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> Result<bool, Eval
         eval_truth(node, cx, "?")
     } else {
         ops::condition_outcome(&eval(node, cx)?)
+    }
+}
+
+/// Evaluates the condition of rule `r` (`program.exprs[r]`): by its branching program when it
+/// has one, else as [`eval_condition`] does.
+pub fn eval_rule(r: usize, cx: &mut Ctx<'_>) -> Result<bool, EvalError> {
+    let program = cx.program;
+    match program.starts.get(r) {
+        Some(&start) if start != NO_PROGRAM => run_branching(start, cx),
+        _ => match program.exprs.get(r) {
+            Some(condition) => eval_condition(condition, cx),
+            None => Ok(false),
+        },
+    }
+}
+
+/// Runs the branching program whose first step is `start` (see [`super::branching`]): the
+/// truth of its condition, or the error of the test that failed it.
+fn run_branching(start: Target, cx: &mut Ctx<'_>) -> Result<bool, EvalError> {
+    let program = cx.program;
+    let mut at = start;
+    loop {
+        let Some(step) = program.steps.get(at as usize) else { return Ok(false) };
+        let holds = match step.test {
+            Test::Pred(id) => match cx.known_pred(id) {
+                Some(answer) => answer?,
+                None => cx.pred(id)?,
+            },
+            Test::Atom { atom, within } => match program.atoms.get(atom as usize) {
+                Some(test) => match leaf_truth(test, cx) {
+                    Some(holds) => holds,
+                    None => eval_truth(test, cx, within.symbol())?,
+                },
+                None => false,
+            },
+        };
+        at = if holds { step.if_true } else { step.if_false };
+        if at >= FAILS {
+            return Ok(at == HOLDS);
+        }
     }
 }
 
@@ -434,6 +475,10 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
             Ok(false)
         }
         Node::Pred(id) => cx.pred(*id),
+        Node::Atom(atom) => match cx.program.atoms.get(*atom as usize) {
+            Some(test) => leaf_truth(test, cx).map_or_else(|| eval_truth(test, cx, op), Ok),
+            None => Ok(false),
+        },
         Node::Unary(UnOp::Not, x) => eval_truth(x, cx, "!").map(|b| !b),
         // comparisons always give a bool
         Node::Compare(cmp, a, b) => {
@@ -459,6 +504,10 @@ pub(crate) fn eval<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
         Node::Const(c) => Ok(Value::from_const(c)),
         Node::Slot(s) => cx.slots.get(*s as usize).copied().unwrap_or(Ok(Value::Nil)),
         Node::Memo(m) => cx.memo(*m),
+        Node::Atom(atom) => match cx.program.atoms.get(*atom as usize) {
+            Some(test) => eval(test, cx),
+            None => Ok(Value::Nil),
+        },
         Node::Unary(op @ (UnOp::Neg | UnOp::Plus), x) => {
             let v = eval(x, cx)?;
             ops::unary(*op, &v)

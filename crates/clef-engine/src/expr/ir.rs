@@ -35,6 +35,9 @@ pub enum Node {
     /// a test several rules make (`a + 2 <= b`, `lower(x) contains "y"`), its
     /// truth or error computed at most once per decision (see [`super::preds`])
     Pred(u32),
+    /// a test of a condition compiled to a branching program, moved to `Program::atoms` (see
+    /// [`super::branching`]): the tree keeps this in its place for explanations
+    Atom(u32),
     /// `[a, b]` with non-constant items
     Array(Vec<Node>),
     /// member/index steps on a computed value
@@ -136,7 +139,7 @@ impl Node {
     /// Calls `f` on each node directly below this one, in evaluation order.
     pub(crate) fn for_each_child_mut(&mut self, f: &mut dyn FnMut(&mut Node)) {
         match self {
-            Node::Const(_) | Node::Slot(_) | Node::Memo(_) | Node::Pred(_) => {}
+            Node::Const(_) | Node::Slot(_) | Node::Memo(_) | Node::Pred(_) | Node::Atom(_) => {}
             Node::Array(items) | Node::Power(items) | Node::And(items) | Node::Or(items) | Node::Call(_, items) => {
                 items.iter_mut().for_each(f)
             }
@@ -235,7 +238,7 @@ fn relist(list: &mut Vec<Node>, old: &mut Vacated) {
 
 fn lay_out(node: &mut Node, old: &mut Vacated) {
     match node {
-        Node::Const(_) | Node::Slot(_) | Node::Memo(_) | Node::Pred(_) => {}
+        Node::Const(_) | Node::Slot(_) | Node::Memo(_) | Node::Pred(_) | Node::Atom(_) => {}
         Node::Array(items) | Node::Power(items) | Node::And(items) | Node::Or(items) | Node::Call(_, items) => {
             relist(items, old)
         }

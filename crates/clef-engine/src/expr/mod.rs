@@ -17,6 +17,7 @@
 //! - `same` is the language's `==` on JSON values: the one rule of "the same value".
 
 pub(crate) mod ast;
+pub(crate) mod branching;
 pub mod check;
 pub(crate) mod compile;
 pub mod eval;

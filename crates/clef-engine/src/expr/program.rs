@@ -8,6 +8,7 @@
 
 use rustc_hash::FxHashMap;
 
+use super::branching::{Step, Target};
 use super::ir::{Node, PathSeg};
 use super::ops::{self, EvalError};
 use super::patterns::PatternGroup;
@@ -41,6 +42,13 @@ pub struct Program {
     pub preds: Vec<Node>,
     /// the compiled expressions, in the order given
     pub exprs: Vec<Node>,
+    /// by expression: the first step of its branching program in `steps`, or
+    /// [`super::branching::NO_PROGRAM`] (see [`super::branching`])
+    pub(crate) starts: Vec<Target>,
+    /// the branching programs of all expressions, one after another
+    pub(crate) steps: Vec<Step>,
+    /// the tests of the branching programs, in the order the steps name them
+    pub(crate) atoms: Vec<Node>,
     /// by slot: whether a decision reads it (an expression, the schema check or a template);
     /// the others are only steps towards nested paths, or what an explanation shows
     pub(crate) read: Vec<bool>,

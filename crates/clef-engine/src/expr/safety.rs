@@ -144,6 +144,7 @@ impl<'p> Safety<'p> {
                 }
             }
             Node::Pred(p) => self.value(self.program.preds.get(*p as usize)?, want, d),
+            Node::Atom(a) => self.value(self.program.atoms.get(*a as usize)?, want, d),
             Node::Unary(UnOp::Not, x) => {
                 let x = self.value(x, BOOL, d)?;
                 (x.classes & !BOOL == 0).then_some(Abs { classes: BOOL, bound: 0.0, req: x.req })

@@ -308,6 +308,8 @@ impl RuleEngine {
         crate::expr::preds::intern(&mut program);
         crate::expr::ir::lay_out_in_order(&mut program.exprs);
         let plan = ReadPlan::new(&program);
+        // last: it moves the tests out of the trees the steps before read
+        crate::expr::branching::compile(&mut program);
         let mut enabled = vec![0u64; rules.len().div_ceil(64).max(1)];
         for (i, r) in rules.iter().enumerate() {
             if let (true, Some(word)) = (r.enabled, enabled.get_mut(i / 64)) {
@@ -481,10 +483,8 @@ impl RuleEngine {
         let mut candidates = Candidates::for_index(&self.index);
         self.index.select(&mut cx, &mut candidates);
         self.index.for_each(&candidates, enabled, |r| {
-            // the index names rules, and each rule has its condition
-            let Some(condition) = self.program.exprs.get(r) else { return false };
             decision.evaluated += 1;
-            let outcome = eval::eval_condition(condition, &mut cx);
+            let outcome = eval::eval_rule(r, &mut cx);
             // most rules tried do not hold: without a trace there is nothing to record
             if !explain && matches!(outcome, Ok(false)) {
                 return false;
