@@ -21,6 +21,7 @@ const ENGINE_MAY_USE: &[&str] = &[
     "sha2",
     "rustc-hash",
     "bumpalo",
+    "smallvec",
     "strsim",
     "granit-parser",
     "http",

@@ -1,6 +1,7 @@
 //! The optimized evaluator: runs compiled `Node`s against one decision's slots.
 
 use bumpalo::Bump;
+use smallvec::SmallVec;
 
 use super::branching::{Target, Test, FAILS, HOLDS, NO_PROGRAM};
 use super::ir::{AccessStep, Node};
@@ -17,8 +18,9 @@ pub struct Ctx<'a> {
     memos: Vec<Option<EvalResult<'a>>>,
     groups: Vec<Option<GroupState>>,
     /// by predicate, two words a 64: answered this decision, answered `true` (allocated when
-    /// the decision first reaches a predicate)
-    pred_bits: Vec<u64>,
+    /// the decision first reaches a predicate; inline up to 256 predicates, so most decisions
+    /// allocate nothing for them)
+    pred_bits: SmallVec<[u64; 8]>,
     /// the predicates that failed, with their errors (rare: a malformed input)
     pred_errors: Vec<(u32, EvalError)>,
     /// where computed strings and arrays live until the decision ends
@@ -35,7 +37,7 @@ impl<'a> Ctx<'a> {
     pub fn with_slots(program: &'a Program, arena: &'a Bump, slots: Vec<SlotValue<'a>>) -> Ctx<'a> {
         let memos = if program.memos.is_empty() { Vec::new() } else { vec![None; program.memos.len()] };
         let groups = if program.groups.is_empty() { Vec::new() } else { vec![None; program.groups.len()] };
-        Ctx { program, slots, memos, groups, pred_bits: Vec::new(), pred_errors: Vec::new(), arena }
+        Ctx { program, slots, memos, groups, pred_bits: SmallVec::new(), pred_errors: Vec::new(), arena }
     }
 
     /// The input slots, once the decision is done with them.
@@ -92,7 +94,7 @@ impl<'a> Ctx<'a> {
             None => Ok(false),
         };
         if self.pred_bits.is_empty() {
-            self.pred_bits = vec![0; program.preds.len().div_ceil(64) * 2];
+            self.pred_bits = SmallVec::from_elem(0, program.preds.len().div_ceil(64) * 2);
         }
         let (word, mask) = ((id / 64) as usize * 2, 1u64 << (id % 64));
         if let Some(w) = self.pred_bits.get_mut(word) {

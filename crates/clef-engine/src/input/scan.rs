@@ -833,7 +833,9 @@ impl<'s> Scanner<'s> {
     /// enum values end there, before a call would pay off. Past them the string is long (a
     /// message, a user agent, a base64 blob), and it is searched with SIMD: `memchr2` (AVX2 or
     /// SSE2 on x86_64, NEON on aarch64) finds the next `"` or `\`, and the run before it is
-    /// checked for control bytes in one vectorised pass ([`has_control`]).
+    /// checked for control bytes in one vectorised pass ([`has_control`]). Inlined into its
+    /// three callers: as a call, it cost short strings half again what reading them does.
+    #[inline(always)]
     fn string_end(&self) -> Scan<(usize, bool)> {
         const LO: u64 = 0x0101_0101_0101_0101;
         const HI: u64 = 0x8080_8080_8080_8080;
@@ -1080,8 +1082,9 @@ enum Number {
 }
 
 /// The length of the valid escape at `s[i]` (a `\`); a surrogate pair is one escape of 12
-/// bytes, and a lone surrogate gives up.
-#[inline]
+/// bytes, and a lone surrogate gives up. Not inlined: escapes are rare, and the short strings'
+/// path stays small.
+#[inline(never)]
 fn escape_len(s: &[u8], i: usize) -> Scan<usize> {
     match s.get(i + 1) {
         Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(2),
