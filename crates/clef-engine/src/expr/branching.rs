@@ -16,63 +16,9 @@
 //! so that an error names what the tree's would. The tree stays for explanations: its tests
 //! become `Node::Atom`s that point at the same nodes.
 
-use super::ir::Node;
+use super::ir::{Node, Step, Target, Test, Within, FAILS, HOLDS, NO_PROGRAM};
 use super::ops::UnOp;
 use super::program::Program;
-
-/// Where a step goes next: another step, or the condition's outcome.
-pub(crate) type Target = u32;
-/// The condition holds.
-pub(crate) const HOLDS: Target = u32::MAX;
-/// The condition does not hold.
-pub(crate) const FAILS: Target = u32::MAX - 1;
-
-/// One test of a branching program and where to go after it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Step {
-    /// what to test
-    pub test: Test,
-    /// next when the test holds
-    pub if_true: Target,
-    /// next when it does not
-    pub if_false: Target,
-}
-
-/// The test of a [`Step`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Test {
-    /// predicate `id`, answered once per decision
-    Pred(u32),
-    /// the node `Program::atoms[atom]`, judged as an item of `within`
-    Atom {
-        /// which node
-        atom: u32,
-        /// the operator it stands in, named by an error of its value
-        within: Within,
-    },
-}
-
-/// The operator a test stands in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Within {
-    /// `a && b`
-    And,
-    /// `a || b`
-    Or,
-    /// `!a`
-    Not,
-}
-
-impl Within {
-    /// The operator as the evaluator's errors name it.
-    pub(crate) fn symbol(self) -> &'static str {
-        match self {
-            Within::And => "&&",
-            Within::Or => "||",
-            Within::Not => "!",
-        }
-    }
-}
 
 /// Compiles every condition of `program.exprs` made of `&&`, `||` and `!` into steps of
 /// `program.steps`, its first step in `program.starts`; the others (a single test) keep
@@ -96,9 +42,6 @@ pub(crate) fn compile(program: &mut Program) {
     }
     program.exprs = exprs;
 }
-
-/// The start of a condition that has no branching program (a single test).
-pub(crate) const NO_PROGRAM: Target = u32::MAX;
 
 fn is_connective(node: &Node) -> bool {
     matches!(node, Node::And(_) | Node::Or(_) | Node::Unary(UnOp::Not, _))

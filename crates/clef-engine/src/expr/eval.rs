@@ -3,8 +3,7 @@
 use bumpalo::Bump;
 use smallvec::SmallVec;
 
-use super::branching::{Target, Test, FAILS, HOLDS, NO_PROGRAM};
-use super::ir::{AccessStep, Node};
+use super::ir::{AccessStep, Node, Target, Test, FAILS, HOLDS, NO_PROGRAM};
 use super::ops::{self, BinOp, EvalError, EvalResult, Num, UnOp};
 use super::patterns::{GroupState, PatternGroup};
 use super::program::{Program, SlotValue};

@@ -275,3 +275,63 @@ fn lay_out(node: &mut Node, old: &mut Vacated) {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// branching programs (compiled by `super::branching`)
+
+/// Where a step goes next: another step, or the condition's outcome.
+pub(crate) type Target = u32;
+/// The condition holds.
+pub(crate) const HOLDS: Target = u32::MAX;
+/// The condition does not hold.
+pub(crate) const FAILS: Target = u32::MAX - 1;
+
+/// One test of a branching program and where to go after it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Step {
+    /// what to test
+    pub test: Test,
+    /// next when the test holds
+    pub if_true: Target,
+    /// next when it does not
+    pub if_false: Target,
+}
+
+/// The test of a [`Step`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Test {
+    /// predicate `id`, answered once per decision
+    Pred(u32),
+    /// the node `Program::atoms[atom]`, judged as an item of `within`
+    Atom {
+        /// which node
+        atom: u32,
+        /// the operator it stands in, named by an error of its value
+        within: Within,
+    },
+}
+
+/// The operator a test stands in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Within {
+    /// `a && b`
+    And,
+    /// `a || b`
+    Or,
+    /// `!a`
+    Not,
+}
+
+impl Within {
+    /// The operator as the evaluator's errors name it.
+    pub(crate) fn symbol(self) -> &'static str {
+        match self {
+            Within::And => "&&",
+            Within::Or => "||",
+            Within::Not => "!",
+        }
+    }
+}
+
+/// The start of a condition that has no branching program (a single test).
+pub(crate) const NO_PROGRAM: Target = u32::MAX;

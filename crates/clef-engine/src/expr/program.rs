@@ -8,8 +8,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::branching::{Step, Target};
-use super::ir::{Node, PathSeg};
+use super::ir::{Node, PathSeg, Step, Target};
 use super::ops::{self, EvalError};
 use super::patterns::PatternGroup;
 use super::value::Value;
@@ -43,7 +42,7 @@ pub struct Program {
     /// the compiled expressions, in the order given
     pub exprs: Vec<Node>,
     /// by expression: the first step of its branching program in `steps`, or
-    /// [`super::branching::NO_PROGRAM`] (see [`super::branching`])
+    /// [`super::ir::NO_PROGRAM`] (see [`super::branching`])
     pub(crate) starts: Vec<Target>,
     /// the branching programs of all expressions, one after another
     pub(crate) steps: Vec<Step>,
