@@ -16,6 +16,7 @@ const ENGINE_MAY_USE: &[&str] = &[
     "simdutf8",
     "regex",
     "regex-syntax",
+    "regex-automata",
     "serde",
     "serde_json",
     "sha2",

@@ -1,8 +1,8 @@
 //! Compiles checked syntax trees into the shared [`Program`] of a table.
 
+use super::matcher::{Matcher, MatcherError};
 use bumpalo::Bump;
 use memchr::memmem::Finder;
-use regex::RegexBuilder;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::ast::{Expr, ExprKind, Span, Step};
@@ -220,15 +220,14 @@ impl Compiler<'_> {
         }
     }
 
-    fn regex(&self, pattern: &Expr) -> Result<regex::Regex, ExprError> {
+    fn regex(&self, pattern: &Expr) -> Result<Matcher, ExprError> {
         let ExprKind::Str(p) = &pattern.kind else {
             return Err(ExprError::new(pattern.span, "the pattern must be a string literal".into()));
         };
-        RegexBuilder::new(p).size_limit(self.regex_size_limit).build().map_err(|err| {
+        Matcher::new(p, self.regex_size_limit).map_err(|err| {
             let detail = match &err {
-                regex::Error::Syntax(s) => s.lines().last().unwrap_or("").trim_start_matches("error: ").to_string(),
-                regex::Error::CompiledTooBig(n) => format!("it compiles to more than {n} bytes"),
-                other => other.to_string(),
+                MatcherError::Syntax(s) => s.lines().last().unwrap_or("").trim_start_matches("error: ").to_string(),
+                MatcherError::TooBig(_) => err.to_string(),
             };
             ExprError::new(pattern.span, format!("invalid regex {}: {detail}", json::quote(p)))
         })

@@ -437,7 +437,7 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         Node::Regex { operand: operand_node, regex, negate } => {
             let v = operand(operand_node, cx)?;
             let op = if *negate { BinOp::NotMatches } else { BinOp::Matches };
-            ops::regex_test(op, &v, regex)
+            ops::regex_test(op, &v, |s| regex.is_match(s))
         }
         Node::PatternHit { operand: operand_node, group, index, op } => match operand(operand_node, cx)? {
             Value::Str(s) => Ok(cx.pattern_hit(*group, *index, s) != (*op == BinOp::NotMatches)),

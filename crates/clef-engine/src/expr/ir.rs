@@ -7,8 +7,8 @@
 //! single pass over it ("pattern groups"), and the tests rules repeat are each answered at
 //! most once per decision ("predicates").
 
+use super::matcher::Matcher;
 use memchr::memmem::Finder;
-use regex::Regex;
 use rustc_hash::FxHashSet;
 
 use super::ops::{BinOp, Func, UnOp};
@@ -91,7 +91,7 @@ pub enum Node {
         /// the subject
         operand: Box<Node>,
         /// compiled pattern
-        regex: Regex,
+        regex: Matcher,
         /// `!~`
         negate: bool,
     },

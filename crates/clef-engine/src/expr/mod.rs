@@ -24,6 +24,7 @@ pub mod eval;
 pub(crate) mod ir;
 pub mod json;
 pub mod lexer;
+pub mod matcher;
 pub mod ops;
 pub mod parser;
 pub(crate) mod patterns;

@@ -8,7 +8,6 @@ use std::cmp::Ordering;
 use std::fmt;
 
 use bumpalo::Bump;
-use regex::Regex;
 
 use super::value::{same_bytes, Array, Type, Value};
 
@@ -493,10 +492,11 @@ pub(crate) fn string_test(op: BinOp, a: &Value<'_>, b: &Value<'_>) -> Result<boo
     }
 }
 
-/// `s matches re`: unanchored search.
-pub(crate) fn regex_test(op: BinOp, a: &Value<'_>, re: &Regex) -> Result<bool, EvalError> {
+/// `s matches re`: unanchored search, `is_match` being the compiled pattern's (the engine's
+/// forward-only matcher, or the regex crate's in the reference evaluator).
+pub(crate) fn regex_test(op: BinOp, a: &Value<'_>, is_match: impl FnOnce(&str) -> bool) -> Result<bool, EvalError> {
     match a {
-        Value::Str(s) => Ok(re.is_match(s) == (op != BinOp::NotMatches)),
+        Value::Str(s) => Ok(is_match(s) == (op != BinOp::NotMatches)),
         _ => Err(EvalError::Operands { op: op.symbol(), left: a.type_of(), right: Type::Str }),
     }
 }

@@ -1,7 +1,7 @@
 //! Many regexes and substrings on one subject, literal first.
 //!
 //! A moderation table tests one message against hundreds of patterns. Running each regex,
-//! or one `RegexSet` of all of them, costs a pass per pattern or a large automaton that can
+//! or one regex set of all of them, costs a pass per pattern or a large automaton that can
 //! fall off the fast DFA (one Unicode `\b` makes a whole set run on the slow engine). Most
 //! patterns, though, cannot match unless some literal occurs: `t\.me/` needs `t.me/`,
 //! `\d+(\.\d+)?\s*元` needs `元`, `(?i)(buy|cheap)\s+followers` needs `follower` in some case.
@@ -17,12 +17,13 @@
 //! one pass over the subject finds which literals occur; a pattern none of whose literals
 //! occurred is false without running it; the others run on their own regex, each only when a
 //! rule asks. Patterns without a usable literal keep the regex path: together in one
-//! `RegexSet` when none needs a Unicode word boundary, else one by one. The answers are those
+//! set (a multi-pattern [`Matcher`]) when none needs a Unicode word boundary, else one by one. The answers are those
 //! of running every regex.
 
+use super::matcher::Matcher;
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use memchr::memmem::Finder;
-use regex::{Regex, RegexSet, RegexSetBuilder};
+use regex_automata::{PatternID, PatternSet};
 use regex_syntax::hir::literal::{ExtractKind, Extractor, Seq};
 use regex_syntax::hir::{Capture, Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
 
@@ -32,7 +33,7 @@ pub(crate) enum PatternTest {
     /// `contains "needle"`
     Substring(Box<Finder<'static>>),
     /// `matches "re"`
-    Regex(Regex),
+    Regex(Matcher),
 }
 
 #[derive(Debug)]
@@ -55,7 +56,7 @@ pub struct PatternGroup {
     /// by pattern: the mask of its required sets when all of them must occur (0 for one set)
     all_sets: Vec<u8>,
     /// the patterns without literals that can run together
-    rest: Option<RegexSet>,
+    rest: Option<Matcher>,
 }
 
 /// What one decision has learnt of a group: which literals occurred, which tests are answered.
@@ -65,7 +66,7 @@ pub(crate) struct GroupState {
     pub(crate) candidates: Vec<u64>,
     known: Vec<u64>,
     held: Vec<u64>,
-    rest: Option<regex::SetMatches>,
+    rest: Option<PatternSet>,
     /// by pattern with several required sets: which of them occurred (allocated when needed)
     sets_seen: Vec<u8>,
 }
@@ -124,11 +125,7 @@ impl PatternGroup {
                 }
             }
         }
-        let rest = if rest_patterns.len() >= 2 {
-            RegexSetBuilder::new(&rest_patterns).size_limit(64 << 20).dfa_size_limit(16 << 20).build().ok()
-        } else {
-            None
-        };
+        let rest = if rest_patterns.len() >= 2 { Matcher::many(&rest_patterns, 64 << 20).ok() } else { None };
         if rest.is_some() {
             for (n, i) in rest_ids.into_iter().enumerate() {
                 if let Some(p) = patterns.get_mut(i) {
@@ -222,7 +219,7 @@ impl PatternGroup {
         let held = if p.prefiltered && !bit(&state.candidates, index) {
             false
         } else if let (Some(n), Some(rest)) = (p.in_rest, &self.rest) {
-            state.rest.get_or_insert_with(|| rest.matches(subject)).matched(n as usize)
+            state.rest.get_or_insert_with(|| rest.which(subject)).contains(PatternID::new_unchecked(n as usize))
         } else {
             match &p.test {
                 PatternTest::Substring(f) => f.find(subject.as_bytes()).is_some(),
@@ -478,7 +475,8 @@ mod tests {
             "(?i)(the)\\s+(?:\\w+\\s+){0,2}pump[!?.]{2,}",
         ];
         let needles = ["元", "go", ""];
-        let mut tests: Vec<PatternTest> = patterns.iter().map(|p| PatternTest::Regex(Regex::new(p).unwrap())).collect();
+        let mut tests: Vec<PatternTest> =
+            patterns.iter().map(|p| PatternTest::Regex(Matcher::new(p, 10 << 20).unwrap())).collect();
         tests.extend(needles.iter().map(|n| PatternTest::Substring(Box::new(Finder::new(n.as_bytes()).into_owned()))));
         let group = PatternGroup::new(tests);
         for text in [
@@ -504,7 +502,11 @@ mod tests {
             let mut state = group.state();
             group.scan(text, &mut state);
             for (i, p) in patterns.iter().enumerate() {
-                assert_eq!(group.test(i, text, &mut state), Regex::new(p).unwrap().is_match(text), "{p} on {text:?}");
+                assert_eq!(
+                    group.test(i, text, &mut state),
+                    regex::Regex::new(p).unwrap().is_match(text),
+                    "{p} on {text:?}"
+                );
             }
             for (j, n) in needles.iter().enumerate() {
                 assert_eq!(group.test(patterns.len() + j, text, &mut state), text.contains(n), "{n} in {text:?}");

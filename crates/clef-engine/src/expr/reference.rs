@@ -79,7 +79,8 @@ impl<'a> Reference<'a> {
                     });
                 };
                 let s = self.eval(subject)?;
-                ops::regex_test(BinOp::Matches, &s, &pattern(re)?).map(Value::Bool)
+                let re = pattern(re)?;
+                ops::regex_test(BinOp::Matches, &s, |s| re.is_match(s)).map(Value::Bool)
             }
             ExprKind::Call(func, args) => {
                 let mut values = Vec::new();
@@ -91,7 +92,8 @@ impl<'a> Reference<'a> {
             ExprKind::Unary(op, x) => ops::unary(*op, &self.eval(x)?),
             ExprKind::Binary(op @ (BinOp::Matches | BinOp::NotMatches), l, r) => {
                 let s = self.eval(l)?;
-                ops::regex_test(*op, &s, &pattern(r)?).map(Value::Bool)
+                let re = pattern(r)?;
+                ops::regex_test(*op, &s, |s| re.is_match(s)).map(Value::Bool)
             }
             ExprKind::Binary(op, l, r) => {
                 let x = self.eval(l)?;

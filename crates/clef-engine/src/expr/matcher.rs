@@ -1,0 +1,271 @@
+//! Regexes that answer only *whether* they match, forward only.
+//!
+//! `matches`, `~` and `!~` ask whether a pattern occurs, never where. The regex crate's
+//! `Regex` is built to say where as well: beside each pattern's forward automaton it compiles a
+//! reverse one, to find where a match starts. For a moderation list of 500 Unicode patterns
+//! that was 26 MB of the 43 MB its regexes took, on a box whose unit allows 64 MB, and the set
+//! of the patterns without literals doubled it again. A [`Matcher`] keeps one forward
+//! Thompson NFA without capture states and runs on it the searches the regex crate's own
+//! `is_match` runs: a lazy DFA started from the pattern's prefix prefilter and stopped at the
+//! first match, and when the lazy DFA gives up (a Unicode `\b` next to non-ASCII text, a cache
+//! that thrashes), the bounded backtracker on short texts or else the PikeVM. Every path is
+//! linear in the text; answers are the regex crate's (the reference evaluator still uses it,
+//! and the property tests compare the two).
+//!
+//! The same type answers a *set* of patterns in one pass ([`Matcher::many`],
+//! [`Matcher::which`]): a moderation table's patterns that have no literal to prefilter on.
+
+use std::fmt;
+use std::panic::{RefUnwindSafe, UnwindSafe};
+use std::sync::Arc;
+
+use regex_automata::hybrid;
+use regex_automata::nfa::thompson::{self, backtrack, pikevm, WhichCaptures, NFA};
+use regex_automata::util::pool::Pool;
+use regex_automata::util::prefilter::Prefilter;
+use regex_automata::util::syntax;
+use regex_automata::{Input, MatchKind, PatternSet};
+use regex_syntax::hir::Hir;
+
+/// Bytes one pattern's lazy DFA may hold per thread before it clears its states (the regex
+/// crate's default is 2 MiB; hundreds of patterns each reaching that would not fit the box).
+const DFA_CACHE_BYTES: usize = 256 << 10;
+
+/// Bytes a set's lazy DFA may hold per thread: its states track every pattern at once, and
+/// one that keeps clearing gives up for the PikeVM, far slower on hundreds of patterns.
+const SET_DFA_CACHE_BYTES: usize = 8 << 20;
+
+/// Bits one bounded backtracker may mark per search (texts too long for it go to the PikeVM).
+const BACKTRACK_VISITED_BYTES: usize = 32 << 10;
+
+/// Why a pattern could not be compiled.
+#[derive(Debug)]
+pub enum MatcherError {
+    /// The pattern is not valid syntax: the parser's message.
+    Syntax(String),
+    /// The pattern's automaton is bigger than the limit (bytes).
+    TooBig(usize),
+}
+
+impl fmt::Display for MatcherError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MatcherError::Syntax(message) => f.write_str(message),
+            MatcherError::TooBig(limit) => write!(f, "it compiles to more than {limit} bytes"),
+        }
+    }
+}
+
+type CacheFn = Box<dyn Fn() -> Caches + Send + Sync + UnwindSafe + RefUnwindSafe>;
+
+/// One or more patterns compiled forward only; cheap to clone (the automata are shared).
+#[derive(Clone)]
+pub struct Matcher {
+    engines: Arc<Engines>,
+    caches: Arc<Pool<Caches, CacheFn>>,
+}
+
+struct Engines {
+    patterns: Vec<Box<str>>,
+    nfa: NFA,
+    dfa: Option<hybrid::dfa::DFA>,
+    backtrack: backtrack::BoundedBacktracker,
+    pikevm: pikevm::PikeVM,
+}
+
+/// The mutable search state of one thread.
+struct Caches {
+    dfa: Option<hybrid::dfa::Cache>,
+    backtrack: backtrack::Cache,
+    pikevm: pikevm::Cache,
+}
+
+impl Matcher {
+    /// `pattern` compiled with the regex crate's syntax, its automaton at most `size_limit` bytes.
+    pub fn new(pattern: &str, size_limit: usize) -> Result<Matcher, MatcherError> {
+        Matcher::build(&[pattern], MatchKind::LeftmostFirst, size_limit)
+    }
+
+    /// All of `patterns` in one automaton, for [`Matcher::which`].
+    pub fn many(patterns: &[&str], size_limit: usize) -> Result<Matcher, MatcherError> {
+        Matcher::build(patterns, MatchKind::All, size_limit)
+    }
+
+    fn build(patterns: &[&str], kind: MatchKind, size_limit: usize) -> Result<Matcher, MatcherError> {
+        let hirs = patterns
+            .iter()
+            .map(|p| syntax::parse_with(p, &syntax::Config::new()).map_err(|e| MatcherError::Syntax(e.to_string())))
+            .collect::<Result<Vec<Hir>, _>>()?;
+        let nfa = thompson::Compiler::new()
+            .configure(
+                thompson::Config::new()
+                    .which_captures(WhichCaptures::None)
+                    .nfa_size_limit(Some(size_limit))
+                    .shrink(false),
+            )
+            .build_many_from_hir(&hirs)
+            .map_err(|e| match e.size_limit() {
+                Some(limit) => MatcherError::TooBig(limit),
+                None => MatcherError::Syntax(e.to_string()),
+            })?;
+        let prefilter = match kind {
+            MatchKind::LeftmostFirst => Prefilter::from_hirs_prefix(kind, &hirs),
+            // a set reports every pattern that matches: no prefix is required by all of them
+            _ => None,
+        };
+        let dfa_config = |capacity: usize| {
+            hybrid::dfa::Config::new()
+                .match_kind(kind)
+                .prefilter(prefilter.clone())
+                .specialize_start_states(prefilter.is_some())
+                .unicode_word_boundary(true)
+                .cache_capacity(capacity)
+                .skip_cache_capacity_check(false)
+                // give up (for the fallbacks) rather than clear the cache over and over
+                .minimum_cache_clear_count(Some(3))
+                .minimum_bytes_per_state(Some(10))
+        };
+        // a big automaton may need more than the small cache to hold its first states
+        let capacity = if kind == MatchKind::All { SET_DFA_CACHE_BYTES } else { DFA_CACHE_BYTES };
+        let dfa = [capacity, 4 * capacity].into_iter().find_map(|capacity| {
+            hybrid::dfa::Builder::new().configure(dfa_config(capacity)).build_from_nfa(nfa.clone()).ok()
+        });
+        let backtrack = backtrack::Builder::new()
+            .configure(backtrack::Config::new().visited_capacity(BACKTRACK_VISITED_BYTES))
+            .build_from_nfa(nfa.clone())
+            .map_err(|e| MatcherError::Syntax(e.to_string()))?;
+        let pikevm = pikevm::Builder::new()
+            .configure(pikevm::Config::new().match_kind(kind))
+            .build_from_nfa(nfa.clone())
+            .map_err(|e| MatcherError::Syntax(e.to_string()))?;
+        let engines = Arc::new(Engines {
+            patterns: patterns.iter().map(|&p| Box::from(p)).collect(),
+            nfa,
+            dfa,
+            backtrack,
+            pikevm,
+        });
+        let for_caches = Arc::clone(&engines);
+        let make: CacheFn = Box::new(move || Caches {
+            dfa: for_caches.dfa.as_ref().map(hybrid::dfa::DFA::create_cache),
+            backtrack: for_caches.backtrack.create_cache(),
+            pikevm: for_caches.pikevm.create_cache(),
+        });
+        Ok(Matcher { engines, caches: Arc::new(Pool::new(make)) })
+    }
+
+    /// The (first) pattern as written.
+    pub fn as_str(&self) -> &str {
+        self.engines.patterns.first().map_or("", |p| p)
+    }
+
+    /// How many patterns the matcher holds.
+    pub fn pattern_len(&self) -> usize {
+        self.engines.patterns.len()
+    }
+
+    /// Whether some pattern matches somewhere in `text`.
+    pub fn is_match(&self, text: &str) -> bool {
+        let input = Input::new(text).earliest(true);
+        let mut caches = self.caches.get();
+        let caches = &mut *caches;
+        if let (Some(dfa), Some(cache)) = (&self.engines.dfa, caches.dfa.as_mut()) {
+            if let Ok(found) = dfa.try_search_fwd(cache, &input) {
+                return found.is_some();
+            }
+        }
+        if input.get_span().len() <= self.engines.backtrack.max_haystack_len() {
+            if let Ok(found) = self.engines.backtrack.try_is_match(&mut caches.backtrack, input.clone()) {
+                return found;
+            }
+        }
+        self.engines.pikevm.is_match(&mut caches.pikevm, input)
+    }
+
+    /// The patterns (by index, as given to [`Matcher::many`]) that match somewhere in `text`.
+    pub fn which(&self, text: &str) -> PatternSet {
+        let input = Input::new(text);
+        let mut found = PatternSet::new(self.engines.patterns.len());
+        let mut caches = self.caches.get();
+        let caches = &mut *caches;
+        if let (Some(dfa), Some(cache)) = (&self.engines.dfa, caches.dfa.as_mut()) {
+            if dfa.try_which_overlapping_matches(cache, &input, &mut found).is_ok() {
+                return found;
+            }
+            found.clear();
+        }
+        self.engines.pikevm.which_overlapping_matches(&mut caches.pikevm, &input, &mut found);
+        found
+    }
+
+    /// Heap bytes of the automata (not of the per-thread caches).
+    pub fn memory_usage(&self) -> usize {
+        self.engines.nfa.memory_usage() + self.engines.dfa.as_ref().map_or(0, |d| d.memory_usage())
+    }
+}
+
+impl fmt::Debug for Matcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Matcher").field(&self.engines.patterns).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex_automata::PatternID;
+
+    fn agree(pattern: &str, texts: &[&str]) {
+        let ours = Matcher::new(pattern, 10 << 20).unwrap();
+        let theirs = regex::Regex::new(pattern).unwrap();
+        for text in texts {
+            assert_eq!(ours.is_match(text), theirs.is_match(text), "{pattern:?} on {text:?}");
+        }
+    }
+
+    #[test]
+    fn answers_as_the_regex_crate_does() {
+        let texts = ["", "free money", "FREE   M0N3Y now", "café money", "x\u{e9}free money\u{e9}", "a1b2", "t.me/x"];
+        agree(r"(?i)f[r4]e{2,}\s*m[o0]n[e3]y", &texts);
+        agree(r"(?i)\bfree\b", &texts);
+        agree(r"\bmoney\b", &texts);
+        agree(r"^$", &texts);
+        agree(r"\d", &texts);
+        agree(r"t\.me/", &texts);
+        agree(r"[^\x00-\x7f]", &texts);
+    }
+
+    #[test]
+    fn a_unicode_word_boundary_next_to_non_ascii_text_falls_back_and_still_answers() {
+        // the lazy DFA quits on the first non-ASCII byte; the text is long enough that the
+        // answer lies past it
+        let text = format!("{}é {} money", "é".repeat(50), "x".repeat(3000));
+        agree(r"\bmoney\b", &[&text, "éa", "é money"]);
+        agree(r"\bmoney\b", &[&format!("{}é", "x ".repeat(20_000))]);
+    }
+
+    #[test]
+    fn a_set_says_which_patterns_match() {
+        let set = Matcher::many(&[r"[A-Z]{5,}", r"\d{4,}", r"(?:\W){6,}"], 10 << 20).unwrap();
+        let found = set.which("SHOUTING and 12345");
+        assert!(
+            found.contains(PatternID::must(0))
+                && found.contains(PatternID::must(1))
+                && !found.contains(PatternID::must(2))
+        );
+        assert_eq!(set.which("calm").len(), 0);
+        assert_eq!(set.pattern_len(), 3);
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
+        match Matcher::new("a(", 1 << 20) {
+            Err(MatcherError::Syntax(m)) => assert!(m.contains("unclosed group"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        match Matcher::new(r"\w{1000}", 1 << 16) {
+            Err(MatcherError::TooBig(limit)) => assert_eq!(limit, 1 << 16),
+            other => panic!("{other:?}"),
+        }
+    }
+}
