@@ -29,6 +29,9 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 #[allow(dead_code)]
+#[path = "../../../../crates/clef-engine/src/expr/matcher.rs"]
+mod matcher;
+#[allow(dead_code)]
 #[path = "../../../../crates/clef-engine/src/expr/patterns.rs"]
 mod patterns;
 
@@ -103,7 +106,7 @@ fn build(engine: &str, patterns: &[&str]) -> Result<Matcher, String> {
             let mut tests = Vec::with_capacity(patterns.len());
             for p in patterns {
                 // as clef's compiler builds a `matches` test (crates/clef-engine/src/expr/compile.rs)
-                let re = regex::RegexBuilder::new(p).size_limit(1 << 20).build().map_err(|e| format!("{p}: {e}"))?;
+                let re = matcher::Matcher::new(p, 1 << 20).map_err(|e| format!("{p}: {e}"))?;
                 tests.push(PatternTest::Regex(re));
             }
             Matcher::Clef(PatternGroup::new(tests))

@@ -3,6 +3,7 @@
 
 use bumpalo::Bump;
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use super::index::{Candidates, RuleIndex};
 use super::template::{MissingValue, Template, TemplateError};
@@ -481,6 +482,9 @@ impl RuleEngine {
             decision.trace = Some(Vec::new());
         }
         let mut candidates = Candidates::for_index(&self.index);
+        // what the trace shows of each field, by slot: written once per decision, however
+        // many false rules read the field
+        let mut previews: Vec<Option<String>> = Vec::new();
         self.index.select(&mut cx, &mut candidates);
         self.index.for_each(&candidates, enabled, |r| {
             decision.evaluated += 1;
@@ -489,7 +493,7 @@ impl RuleEngine {
             if !explain && matches!(outcome, Ok(false)) {
                 return false;
             }
-            let why = (explain && matches!(outcome, Ok(false))).then(|| self.why_not(r, &mut cx, root));
+            let why = (explain && matches!(outcome, Ok(false))).then(|| self.why_not(r, &mut cx, root, &mut previews));
             self.record(decision, r, outcome, &cx.slots, why);
             decision.rule.is_some()
         });
@@ -644,13 +648,19 @@ impl RuleEngine {
     /// The first top-level conjunct that did not hold, with the values it read: the
     /// conjuncts run compiled, in the decision's context (memos and pattern passes reused, no
     /// regex built), and the fields are read from their slots.
-    fn why_not<'a>(&'a self, r: usize, cx: &mut Ctx<'a>, root: &Value<'_>) -> String {
+    fn why_not<'a>(
+        &'a self,
+        r: usize,
+        cx: &mut Ctx<'a>,
+        root: &Value<'_>,
+        previews: &mut Vec<Option<String>>,
+    ) -> String {
         let Some(rule) = self.rules.get(r) else { return String::new() };
         let parts = conjuncts(&rule.ast);
         // `a && b && …` compiles to as many nodes, anything else to one
-        let nodes: Vec<&Node> = match self.program.exprs.get(r) {
-            Some(Node::And(nodes)) if parts.len() > 1 && nodes.len() == parts.len() => nodes.iter().collect(),
-            Some(node) if parts.len() == 1 => vec![node],
+        let nodes: &[Node] = match self.program.exprs.get(r) {
+            Some(Node::And(nodes)) if parts.len() > 1 && nodes.len() == parts.len() => nodes,
+            Some(node) if parts.len() == 1 => std::slice::from_ref(node),
             // folded: the reference evaluator knows the conjuncts
             _ => return self.why_not_reference(r, root),
         };
@@ -661,10 +671,22 @@ impl RuleEngine {
             &parts,
             cx,
             |i, cx| nodes.get(i).map_or(Ok(Value::Nil), |n| eval::eval(n, cx)),
-            |e, cx| match path_of(e).and_then(|p| program.find_slot(&p)).and_then(|s| cx.slots.get(s as usize)) {
-                Some(v) => *v,
-                // every field path an expression reads has a slot: this is a fallback
-                None => reference::evaluate(e, root, &self.params, &arena),
+            |e, cx| {
+                let Some(slot) = path_of(e).and_then(|p| program.find_slot(&p)).map(|s| s as usize) else {
+                    // every field path an expression reads has a slot: this is a fallback
+                    return preview(reference::evaluate(e, root, &self.params, &arena));
+                };
+                if let Some(Some(shown)) = previews.get(slot) {
+                    return shown.clone();
+                }
+                let shown = preview(cx.slots.get(slot).copied().unwrap_or(Ok(Value::Nil)));
+                if previews.len() <= slot {
+                    previews.resize(slot + 1, None);
+                }
+                if let Some(kept) = previews.get_mut(slot) {
+                    *kept = Some(shown.clone());
+                }
+                shown
             },
         )
     }
@@ -681,33 +703,33 @@ impl RuleEngine {
             &parts,
             &mut (),
             |i, _| parts.get(i).map_or(Ok(Value::Nil), |part| reference::evaluate(part, root, params, &arena)),
-            |e, _| reference::evaluate(e, root, params, &arena),
+            |e, _| preview(reference::evaluate(e, root, params, &arena)),
         )
     }
 }
 
 /// The top-level conjuncts of a condition (itself when it is not an `&&`), through
 /// parentheses: `a && (b && c)` has three, as it compiles to three nodes.
-fn conjuncts(e: &Expr) -> Vec<&Expr> {
-    fn add<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+fn conjuncts(e: &Expr) -> SmallVec<[&Expr; 8]> {
+    fn add<'e>(e: &'e Expr, out: &mut SmallVec<[&'e Expr; 8]>) {
         match &e.kind {
             ExprKind::And(items) => items.iter().for_each(|i| add(i, out)),
             _ => out.push(e),
         }
     }
-    let mut out = Vec::new();
+    let mut out = SmallVec::new();
     add(e, &mut out);
     out
 }
 
 /// The reason of a false condition: the first of `parts` whose value (`value(i)`) is not
-/// `true`, with the values of the fields it reads (`field`).
+/// `true`, with the values of the fields it reads (`field`: their [`preview`]).
 fn first_false<'e, 'v, C: ?Sized>(
-    rule: &Rule,
+    rule: &'e Rule,
     parts: &[&'e Expr],
     cx: &mut C,
     mut value: impl FnMut(usize, &mut C) -> SlotValue<'v>,
-    mut field: impl FnMut(&'e Expr, &mut C) -> SlotValue<'v>,
+    mut field: impl FnMut(&'e Expr, &mut C) -> String,
 ) -> String {
     for (i, part) in parts.iter().enumerate() {
         let v = value(i, cx);
@@ -715,27 +737,27 @@ fn first_false<'e, 'v, C: ?Sized>(
             continue;
         }
         let text = rule.condition.get(part.span.start..part.span.end).unwrap_or(&rule.condition);
-        let mut seen = Vec::new();
-        field_paths(part, &rule.condition, &mut seen);
-        let values: Vec<String> = seen
-            .iter()
-            .map(|(path, e)| {
-                let shown = match field(e, cx) {
-                    Ok(v) => shorten(&v),
-                    Err(e) => format!("<{e}>"),
-                };
-                format!("{path} = {shown}")
-            })
-            .collect();
         let outcome = match v {
             Ok(Value::Nil) => "was nil",
             _ => "was false",
         };
-        return if values.is_empty() {
-            format!("{text} {outcome}")
-        } else {
-            format!("{text} {outcome} ({})", values.join(", "))
-        };
+        let mut seen: SmallVec<[(&str, &Expr); 4]> = SmallVec::new();
+        field_paths(part, &rule.condition, &mut seen);
+        // one string, written once: an explanation writes one of these per false rule
+        let mut reason = String::with_capacity(text.len() + 16 + seen.len() * 48);
+        reason.push_str(text);
+        reason.push(' ');
+        reason.push_str(outcome);
+        for (n, (path, e)) in seen.iter().enumerate() {
+            reason.push_str(if n == 0 { " (" } else { ", " });
+            reason.push_str(path);
+            reason.push_str(" = ");
+            reason.push_str(&field(e, cx));
+        }
+        if !seen.is_empty() {
+            reason.push(')');
+        }
+        return reason;
     }
     format!("{} was false", rule.condition)
 }
@@ -762,6 +784,14 @@ fn enabled_before(enabled: &[u64], count: usize, rule: Option<usize>) -> usize {
     n
 }
 
+/// What an explanation shows of a field's value: [`shorten`]ed, or the error reading it.
+fn preview(v: SlotValue<'_>) -> String {
+    match v {
+        Ok(v) => shorten(&v),
+        Err(e) => format!("<{e}>"),
+    }
+}
+
 /// A value as JSON, cut to 80 characters (77 and `...`): what an explanation shows of a field.
 /// Only the start of a large value is written.
 fn shorten(v: &Value<'_>) -> String {
@@ -776,7 +806,7 @@ fn shorten(v: &Value<'_>) -> String {
 }
 
 /// Field paths read by an expression, as written, each with its expression.
-fn field_paths<'e>(e: &'e Expr, src: &str, out: &mut Vec<(String, &'e Expr)>) {
+fn field_paths<'e>(e: &'e Expr, src: &'e str, out: &mut SmallVec<[(&'e str, &'e Expr); 4]>) {
     match &e.kind {
         ExprKind::Field(_) => push_path(e, src, out),
         ExprKind::Access(base, steps) if matches!(base.kind, ExprKind::Field(_)) => {
@@ -809,8 +839,8 @@ fn path_of(e: &Expr) -> Option<Vec<PathSeg>> {
     }
 }
 
-fn push_path<'e>(e: &'e Expr, src: &str, out: &mut Vec<(String, &'e Expr)>) {
-    let text = src.get(e.span.start..e.span.end).unwrap_or("?").to_string();
+fn push_path<'e>(e: &'e Expr, src: &'e str, out: &mut SmallVec<[(&'e str, &'e Expr); 4]>) {
+    let text = src.get(e.span.start..e.span.end).unwrap_or("?");
     if !out.iter().any(|(t, _)| *t == text) {
         out.push((text, e));
     }
