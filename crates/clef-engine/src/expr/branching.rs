@@ -16,7 +16,7 @@
 //! so that an error names what the tree's would. The tree stays for explanations: its tests
 //! become `Node::Atom`s that point at the same nodes.
 
-use super::ir::{Node, Step, Target, Test, Within, FAILS, HOLDS, NO_PROGRAM};
+use super::ir::{operand_slot, Node, Step, Target, Test, Within, FAILS, HOLDS, NO_PROGRAM};
 use super::ops::UnOp;
 use super::program::Program;
 
@@ -30,7 +30,13 @@ pub(crate) fn compile(program: &mut Program) {
     for condition in &mut exprs {
         let start = if is_connective(condition) {
             let base = program.steps.len() as Target;
-            let mut builder = Builder { atoms: &mut program.atoms, base, steps: Vec::new(), labels: Vec::new() };
+            let mut builder = Builder {
+                atoms: &mut program.atoms,
+                atom_slots: &mut program.atom_slots,
+                base,
+                steps: Vec::new(),
+                labels: Vec::new(),
+            };
             builder.emit(condition, None, Goto::Outcome(HOLDS), Goto::Outcome(FAILS));
             let steps = builder.finish();
             program.steps.extend(steps);
@@ -57,6 +63,7 @@ enum Goto {
 /// One condition's steps while its labels are not all bound.
 struct Builder<'p> {
     atoms: &'p mut Vec<Node>,
+    atom_slots: &'p mut Vec<u32>,
     /// where this condition's first step goes in `Program::steps`
     base: Target,
     steps: Vec<(Test, Goto, Goto)>,
@@ -96,6 +103,7 @@ impl Builder<'_> {
             Node::Pred(id) => self.steps.push((Test::Pred(*id), if_true, if_false)),
             leaf => {
                 let atom = self.atoms.len() as u32;
+                self.atom_slots.push(operand_slot(leaf));
                 self.atoms.push(std::mem::replace(leaf, Node::Atom(atom)));
                 // an empty `&&`/`||` (the parser makes none) is judged as the tree judges it
                 let within = within.unwrap_or(Within::And);

@@ -3,7 +3,7 @@
 use bumpalo::Bump;
 use smallvec::SmallVec;
 
-use super::ir::{AccessStep, Node, Target, Test, FAILS, HOLDS, NO_PROGRAM};
+use super::ir::{AccessStep, Node, Target, Test, FAILS, HOLDS, NO_PROGRAM, NO_SLOT};
 use super::ops::{self, BinOp, EvalError, EvalResult, Num, UnOp};
 use super::patterns::{GroupState, PatternGroup};
 use super::program::{Program, SlotValue};
@@ -201,10 +201,12 @@ fn run_branching(start: Target, cx: &mut Ctx<'_>) -> Result<bool, EvalError> {
                 None => cx.pred(id)?,
             },
             Test::Atom { atom, within } => match program.atoms.get(atom as usize) {
-                Some(test) => match leaf_truth(test, cx) {
-                    Some(holds) => holds,
-                    None => eval_truth(test, cx, within.symbol())?,
-                },
+                Some(test) => {
+                    match leaf_truth_of(test, program.atom_slots.get(atom as usize).copied().unwrap_or(NO_SLOT), cx) {
+                        Some(holds) => holds,
+                        None => eval_truth(test, cx, within.symbol())?,
+                    }
+                }
                 None => false,
             },
         };
@@ -239,13 +241,26 @@ fn with_value<'a, R>(
 /// which then gives the same answer.
 #[inline(always)]
 fn leaf_truth<'a>(node: &'a Node, cx: &Ctx<'a>) -> Option<bool> {
-    let slot = |n: &Node| match n {
-        Node::Slot(s) => match cx.slots.get(*s as usize) {
-            Some(Ok(v)) => Some(*v),
-            Some(Err(_)) => None,
-            None => Some(Value::Nil),
-        },
-        _ => None,
+    leaf_truth_of(node, NO_SLOT, cx)
+}
+
+/// [`leaf_truth`] of a test whose field's slot is known (`Program::atom_slots`), or
+/// [`NO_SLOT`] to find it in the node.
+#[inline(always)]
+fn leaf_truth_of<'a>(node: &'a Node, known_slot: u32, cx: &Ctx<'a>) -> Option<bool> {
+    let read = |s: u32| match cx.slots.get(s as usize) {
+        Some(Ok(v)) => Some(*v),
+        Some(Err(_)) => None,
+        None => Some(Value::Nil),
+    };
+    let slot = |n: &Node| {
+        if known_slot != NO_SLOT {
+            return read(known_slot);
+        }
+        match n {
+            Node::Slot(s) => read(*s),
+            _ => None,
+        }
     };
     match node {
         Node::EqConst { operand, value, negate } => {

@@ -333,5 +333,22 @@ impl Within {
     }
 }
 
+/// An atom whose test does not read one field (see `Program::atom_slots`).
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+/// The slot a leaf test reads when it tests one field, else [`NO_SLOT`].
+pub(crate) fn operand_slot(leaf: &Node) -> u32 {
+    let of = |n: &Node| match n {
+        Node::Slot(s) => *s,
+        _ => NO_SLOT,
+    };
+    match leaf {
+        Node::EqConst { operand, .. } | Node::CmpConst { operand, .. } | Node::InSet { operand, .. } => of(operand),
+        Node::Unary(super::ops::UnOp::Not, x) => of(x),
+        Node::Slot(s) => *s,
+        _ => NO_SLOT,
+    }
+}
+
 /// The start of a condition that has no branching program (a single test).
 pub(crate) const NO_PROGRAM: Target = u32::MAX;

@@ -48,6 +48,10 @@ pub struct Program {
     pub(crate) steps: Vec<Step>,
     /// the tests of the branching programs, in the order the steps name them
     pub(crate) atoms: Vec<Node>,
+    /// by atom: the slot of the field its test reads (`f == "x"`, `f < 3`, `f in [...]`, `f`,
+    /// `!f`), or [`super::ir::NO_SLOT`]: read without loading the operand's node, which in a
+    /// table of tens of thousands of rules is a cache miss per test
+    pub(crate) atom_slots: Vec<u32>,
     /// by slot: whether a decision reads it (an expression, the schema check or a template);
     /// the others are only steps towards nested paths, or what an explanation shows
     pub(crate) read: Vec<bool>,
