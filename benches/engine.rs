@@ -13,7 +13,9 @@
 //! the last rule matches.
 //!
 //! Run: `cargo bench --bench engine` (`-- ruleset` for the YAML rule set against its Jev twin,
-//! `-- flash` for the flash table). Every decision includes parsing the input bytes, except
+//! `-- flash` for the flash table). `CLEF_BENCH_LARGE=1` adds the `large` group: the policy
+//! shapes at 50,000 rules and the moderation list at 20,000 patterns (each table takes seconds
+//! to build and hundreds of MB; they are built one at a time). Every decision includes parsing the input bytes, except
 //! `flash/lookup/*`, which starts from the parsed input.
 // Benchmark code: a failed unwrap, expect or index is the benchmark's setup failing, as an assertion would.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
@@ -86,6 +88,27 @@ fn decide(c: &mut Criterion) {
         let d = table.decide(&input, false).unwrap();
         assert_eq!(d.rule, Some(rules - 1), "{name}: the last rule must match");
         assert!(d.warnings.is_empty(), "{name}: the input must give no warnings");
+        group.bench_function(name, |b| b.iter(|| table.decide(black_box(&input), false)));
+    }
+    group.finish();
+}
+
+/// Tables past 5,000 rules, where growth stops being linear (only with `CLEF_BENCH_LARGE=1`).
+fn large(c: &mut Criterion) {
+    if std::env::var_os("CLEF_BENCH_LARGE").is_none() {
+        return;
+    }
+    let mut group = c.benchmark_group("large");
+    group.sample_size(10);
+    for (script, rules, name, extra) in [
+        ("policy_workload.py", 50_000, "policy-50000", &[][..]),
+        ("policy_workload.py", 50_000, "nested-50000", &["--shape", "nested"]),
+        ("textmod_workload.py", 20_000, "textmod-20000", &[]),
+    ] {
+        let dir = local_workload(script, rules, name, extra);
+        let (table, input) = load(&dir);
+        let d = table.decide(&input, false).unwrap();
+        assert_eq!(d.rule, Some(rules - 1), "{name}: the last rule must match");
         group.bench_function(name, |b| b.iter(|| table.decide(black_box(&input), false)));
     }
     group.finish();
@@ -197,6 +220,6 @@ fn ruleset(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(50).measurement_time(std::time::Duration::from_secs(4));
-    targets = decide, condition, ruleset, flash, compile
+    targets = decide, condition, ruleset, flash, compile, large
 }
 criterion_main!(benches);

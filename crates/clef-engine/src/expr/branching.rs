@@ -126,6 +126,7 @@ impl Builder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::expr::ir::NO_SLOT;
     use crate::expr::{compile::compile_program, parse_checked, Env};
 
     /// The steps of `src`, each as (test, if true, if false), targets as step numbers or
@@ -149,9 +150,15 @@ mod tests {
                     Test::Pred(id) => format!("pred {id}"),
                     Test::Atom { atom, within } => {
                         let node = format!("{:?}", program.atoms.get(atom as usize));
-                        let slot =
+                        let in_node =
                             node.split("Slot(").nth(1).and_then(|r| r.split(')').next()).unwrap_or("?").to_string();
-                        format!("slot {slot} in {}", within.symbol())
+                        match program.atom_slots.get(atom as usize).copied() {
+                            Some(slot) if slot != NO_SLOT => {
+                                assert_eq!(slot.to_string(), in_node, "the atom's slot is its field's: {node}");
+                                format!("slot {slot} in {}", within.symbol())
+                            }
+                            _ => format!("computed in {}", within.symbol()),
+                        }
                     }
                 };
                 (test, target(s.if_true), target(s.if_false))
@@ -179,6 +186,19 @@ mod tests {
                 row("slot 0 in &&", "1", "holds"),
                 row("slot 1 in &&", "2", "holds"),
                 row("slot 2 in ||", "holds", "fails")
+            ]
+        );
+    }
+
+    #[test]
+    fn field_tests_name_their_slot_and_computed_tests_do_not() {
+        assert_eq!(
+            steps("a in [\"x\", \"y\"] && !b && a + 1 > 2 && c < 5"),
+            vec![
+                row("slot 0 in &&", "1", "fails"),
+                row("slot 1 in !", "fails", "2"),
+                row("computed in &&", "3", "fails"),
+                row("slot 2 in &&", "holds", "fails")
             ]
         );
     }
