@@ -50,16 +50,25 @@ check() { # description, command...: the command must succeed
 [ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, binfmt_misc, apt-get)"
 
 # --- what the host needs ------------------------------------------------------------------------
-need=()
-for pair in mmdebstrap:mmdebstrap qemu-system-aarch64:qemu-system-arm qemu-aarch64-static:qemu-user-static \
-  update-binfmts:binfmt-support arch-test:arch-test mkfs.ext4:e2fsprogs ssh:openssh-client curl:curl qemu-img:qemu-utils; do
-  command -v "${pair%%:*}" >/dev/null || need+=("${pair##*:}")
-done
-if [ ${#need[@]} -gt 0 ]; then
+missing() {
+  need=()
+  for pair in mmdebstrap:mmdebstrap qemu-system-aarch64:qemu-system-arm qemu-aarch64-static:qemu-user-static \
+    update-binfmts:binfmt-support arch-test:arch-test mkfs.ext4:e2fsprogs ssh:openssh-client curl:curl qemu-img:qemu-utils; do
+    command -v "${pair%%:*}" >/dev/null || need+=("${pair##*:}")
+  done
+  # qemu's packages are installed together: apt may otherwise remove a qemu-utils of another
+  # version (from backports) to install qemu-system-arm, and qemu-img with it
+  case " ${need[*]} " in *" qemu-system-arm "*) [[ " ${need[*]} " == *" qemu-utils "* ]] || need+=(qemu-utils) ;; esac
+  [ ${#need[@]} -gt 0 ]
+}
+# twice: an install can remove what an earlier check found
+for _ in 1 2; do
+  missing || break
   say "installing ${need[*]}"
-  { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"; } >/tmp/clef-vm-apt.log 2>&1 ||
+  { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"; } >>/tmp/clef-vm-apt.log 2>&1 ||
     die "apt-get could not install ${need[*]} (see /tmp/clef-vm-apt.log)"
-fi
+done
+! missing || die "still missing after installing: ${need[*]} (see /tmp/clef-vm-apt.log)"
 # arm64 programs run in the image while it is built: qemu-user through binfmt_misc
 [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || die "cannot mount binfmt_misc"
 [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --enable qemu-aarch64 || die "cannot register qemu-aarch64 with binfmt_misc"
