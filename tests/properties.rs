@@ -438,6 +438,12 @@ fn message_test() -> impl Strategy<Value = String> {
         "\"(?i)\\\\b(casino|bitcoin|jackpot)\\\\b\"",
         "\"(?i)fr[e3]{2}\\\\s*c[o0]ins\"",
         "\"(?i)see\\\\s+(?:\\\\w+\\\\s+){0,2}now\"",
+        // classes a non-ASCII character is in or not (the table's alphabet keeps them apart)
+        "\"(?i)stra(ss|ß)e\"",
+        "\"^.{2,5}$\"",
+        "\"\\\\d{3}\"",
+        "\"\\\\w+\\\\W+\\\\w+\"",
+        "\"[^a-z ]{2}\"",
     ]);
     let needle = prop::sample::select(vec!["\"hello\"", "\"元\"", "\"gold\"", "\"x y\"", "\"casino\"", "\"\""]);
     prop_oneof![
@@ -497,6 +503,11 @@ fn message_input() -> impl Strategy<Value = String> {
         "fr33 C0ins",
         "ſee it now",
         "gold free",
+        "straße",
+        "STRASSE",
+        "١٢٣",
+        "é\u{a0}ü",
+        "🎉",
     ]);
     prop_oneof![
         4 => (prop::collection::vec(text, 0..4), -1i64..4).prop_map(|(parts, n)| {

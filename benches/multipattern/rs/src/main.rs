@@ -29,6 +29,9 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 #[allow(dead_code)]
+#[path = "../../../../crates/clef-engine/src/expr/alphabet.rs"]
+mod alphabet;
+#[allow(dead_code)]
 #[path = "../../../../crates/clef-engine/src/expr/matcher.rs"]
 mod matcher;
 #[allow(dead_code)]
@@ -104,12 +107,15 @@ fn build(engine: &str, patterns: &[&str]) -> Result<Matcher, String> {
     Ok(match engine {
         "clef" => {
             let mut tests = Vec::with_capacity(patterns.len());
+            // as clef's compiler builds a table's `matches` tests (crates/clef-engine/src/expr/compile.rs):
+            // over the alphabet of all of them
+            let hirs: Vec<_> = patterns.iter().filter_map(|p| regex_syntax::Parser::new().parse(p).ok()).collect();
+            let alphabet = alphabet::Alphabet::new(&hirs).map(std::sync::Arc::new);
             for p in patterns {
-                // as clef's compiler builds a `matches` test (crates/clef-engine/src/expr/compile.rs)
-                let re = matcher::Matcher::new(p, 1 << 20).map_err(|e| format!("{p}: {e}"))?;
+                let re = matcher::Matcher::with_alphabet(p, 1 << 20, alphabet.as_ref()).map_err(|e| format!("{p}: {e}"))?;
                 tests.push(PatternTest::Regex(re));
             }
-            Matcher::Clef(PatternGroup::new(tests))
+            Matcher::Clef(PatternGroup::new(tests, alphabet.as_ref()))
         }
         "set" => Matcher::Set(
             regex::RegexSetBuilder::new(patterns)

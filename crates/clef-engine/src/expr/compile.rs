@@ -1,5 +1,8 @@
 //! Compiles checked syntax trees into the shared [`Program`] of a table.
 
+use std::sync::Arc;
+
+use super::alphabet::Alphabet;
 use super::matcher::{Matcher, MatcherError};
 use bumpalo::Bump;
 use memchr::memmem::Finder;
@@ -30,11 +33,17 @@ pub fn compile_program(
     regex_size_limit: usize,
 ) -> Result<Program, (usize, ExprError)> {
     let mut counts: FxHashMap<String, usize> = FxHashMap::default();
+    let mut patterns = Vec::new();
     for e in exprs {
         count_shared(e, &mut counts);
+        regex_patterns(e, &mut patterns);
     }
+    // the table's patterns in full, once: the alphabet is cut from all of them together
+    let hirs: Vec<_> = patterns.iter().filter_map(|p| regex_syntax::Parser::new().parse(p).ok()).collect();
+    let alphabet = Alphabet::new(&hirs).map(Arc::new);
+    drop(hirs);
     let mut c = Compiler {
-        program: Program::default(),
+        program: Program { alphabet, ..Program::default() },
         params,
         slot_ids: FxHashMap::default(),
         memo_ids: FxHashMap::default(),
@@ -224,7 +233,7 @@ impl Compiler<'_> {
         let ExprKind::Str(p) = &pattern.kind else {
             return Err(ExprError::new(pattern.span, "the pattern must be a string literal".into()));
         };
-        Matcher::new(p, self.regex_size_limit).map_err(|err| {
+        Matcher::with_alphabet(p, self.regex_size_limit, self.program.alphabet.as_ref()).map_err(|err| {
             let detail = match &err {
                 MatcherError::Syntax(s) => s.lines().last().unwrap_or("").trim_start_matches("error: ").to_string(),
                 MatcherError::TooBig(_) => err.to_string(),
@@ -414,6 +423,26 @@ fn count_shared(e: &Expr, counts: &mut FxHashMap<String, usize>) {
     }
 }
 
+/// Adds the pattern of each regex test in `e` (`s matches "re"`, `s ~ "re"`, `s !~ "re"`).
+fn regex_patterns<'e>(e: &'e Expr, out: &mut Vec<&'e str>) {
+    match &e.kind {
+        ExprKind::Call(Func::Matches, args) => {
+            if let Some(Expr { kind: ExprKind::Str(p), .. }) = args.get(1) {
+                out.push(p);
+            }
+        }
+        ExprKind::Binary(BinOp::Matches | BinOp::NotMatches, _, pattern) => {
+            if let ExprKind::Str(p) = &pattern.kind {
+                out.push(p);
+            }
+        }
+        _ => {}
+    }
+    for c in e.children() {
+        regex_patterns(c, out);
+    }
+}
+
 /// Which pattern test a node is, keyed by its subject.
 fn pattern_of(node: &Node) -> Option<((u8, u32), String)> {
     let (operand, pattern) = match node {
@@ -467,7 +496,8 @@ fn build_pattern_groups(program: &mut Program) {
             continue;
         }
         let id = program.groups.len() as u32;
-        program.groups.push(PatternGroup::new(tests));
+        let group = PatternGroup::new(tests, program.alphabet.as_ref());
+        program.groups.push(group);
         groups.insert(subject, (id, keys.into_iter().enumerate().map(|(i, k)| (k, i as u32)).collect()));
     }
     if groups.is_empty() {

@@ -22,6 +22,9 @@ pub struct Ctx<'a> {
     pred_bits: SmallVec<[u64; 8]>,
     /// the predicates that failed, with their errors (rare: a malformed input)
     pred_errors: Vec<(u32, EvalError)>,
+    /// subjects of regexes translated into the table's alphabet this decision, by address
+    /// and length (the text itself when it is ASCII)
+    translated: SmallVec<[((usize, usize), &'a str); 4]>,
     /// where computed strings and arrays live until the decision ends
     pub(crate) arena: &'a Bump,
 }
@@ -36,7 +39,16 @@ impl<'a> Ctx<'a> {
     pub fn with_slots(program: &'a Program, arena: &'a Bump, slots: Vec<SlotValue<'a>>) -> Ctx<'a> {
         let memos = if program.memos.is_empty() { Vec::new() } else { vec![None; program.memos.len()] };
         let groups = if program.groups.is_empty() { Vec::new() } else { vec![None; program.groups.len()] };
-        Ctx { program, slots, memos, groups, pred_bits: SmallVec::new(), pred_errors: Vec::new(), arena }
+        Ctx {
+            program,
+            slots,
+            memos,
+            groups,
+            pred_bits: SmallVec::new(),
+            pred_errors: Vec::new(),
+            translated: SmallVec::new(),
+            arena,
+        }
     }
 
     /// The input slots, once the decision is done with them.
@@ -116,6 +128,26 @@ impl<'a> Ctx<'a> {
         if let Some(slot) = self.memos.get_mut(id as usize) {
             *slot = Some(value);
         }
+    }
+
+    /// `s` as the table's regexes read it: translated into the program's alphabet (see
+    /// `alphabet`), once per decision however many patterns run on it.
+    fn translated(&mut self, s: &'a str) -> &'a str {
+        let Some(alphabet) = &self.program.alphabet else { return s };
+        // the strings of one decision all live until it ends: an address names one string
+        let key = (s.as_ptr() as usize, s.len());
+        if let Some(&(_, t)) = self.translated.iter().find(|(k, _)| *k == key) {
+            return t;
+        }
+        let t = if s.is_ascii() {
+            s
+        } else {
+            let mut out = String::new();
+            alphabet.translate(s, &mut out);
+            self.arena.alloc_str(&out)
+        };
+        self.translated.push((key, t));
+        t
     }
 
     fn pattern_hit(&mut self, group: u32, index: u32, subject: &'a str) -> bool {
@@ -452,7 +484,14 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         Node::Regex { operand: operand_node, regex, negate } => {
             let v = operand(operand_node, cx)?;
             let op = if *negate { BinOp::NotMatches } else { BinOp::Matches };
-            ops::regex_test(op, &v, |s| regex.is_match(s))
+            let translated = match v {
+                Value::Str(s) if regex.alphabet().is_some() => Some(cx.translated(s)),
+                _ => None,
+            };
+            ops::regex_test(op, &v, |s| match translated {
+                Some(t) => regex.is_match_translated(t),
+                None => regex.is_match(s),
+            })
         }
         Node::PatternHit { operand: operand_node, group, index, op } => match operand(operand_node, cx)? {
             Value::Str(s) => Ok(cx.pattern_hit(*group, *index, s) != (*op == BinOp::NotMatches)),

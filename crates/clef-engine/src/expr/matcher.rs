@@ -14,6 +14,9 @@
 //!
 //! The same type answers a *set* of patterns in one pass ([`Matcher::many`],
 //! [`Matcher::which`]): a moderation table's patterns that have no literal to prefilter on.
+//!
+//! Built with a table's [`Alphabet`], a matcher's automaton holds only the characters the
+//! table's patterns tell apart, and runs on text translated into them (see `alphabet`).
 
 use std::fmt;
 use std::panic::{RefUnwindSafe, UnwindSafe};
@@ -27,6 +30,8 @@ use regex_automata::util::syntax;
 use regex_automata::{Input, MatchKind, PatternSet};
 use regex_syntax::hir::Hir;
 
+use super::alphabet::Alphabet;
+
 /// Bytes one pattern's lazy DFA may hold per thread before it clears its states (the regex
 /// crate's default is 2 MiB; hundreds of patterns each reaching that would not fit the box).
 const DFA_CACHE_BYTES: usize = 256 << 10;
@@ -34,6 +39,12 @@ const DFA_CACHE_BYTES: usize = 256 << 10;
 /// Bytes a set's lazy DFA may hold per thread: its states track every pattern at once, and
 /// one that keeps clearing gives up for the PikeVM, far slower on hundreds of patterns.
 const SET_DFA_CACHE_BYTES: usize = 8 << 20;
+
+/// A pattern's prefix prefilter is kept up to this size. A memchr or memmem finder takes
+/// bytes; a case-insensitive alternation's (Teddy, Aho-Corasick) takes 4–64 KiB, which was 39 MB
+/// of a 5,000-pattern table, while a table's literal pass (`patterns`) already keeps most
+/// patterns from running on texts without their literals.
+const MAX_PREFILTER_BYTES: usize = 16 << 10;
 
 /// Bits one bounded backtracker may mark per search (texts too long for it go to the PikeVM).
 const BACKTRACK_VISITED_BYTES: usize = 32 << 10;
@@ -67,52 +78,89 @@ pub struct Matcher {
 
 struct Engines {
     patterns: Vec<Box<str>>,
+    /// the alphabet the automata were cut down to: they run on text it translated
+    alphabet: Option<Arc<Alphabet>>,
     nfa: NFA,
     dfa: Option<hybrid::dfa::DFA>,
     backtrack: backtrack::BoundedBacktracker,
     pikevm: pikevm::PikeVM,
 }
 
-/// The mutable search state of one thread.
+/// The mutable search state of one thread. The fallbacks' caches are made when first needed:
+/// sized by the automaton, they would cost every thread every pattern's worth while most texts
+/// never leave the lazy DFA.
 struct Caches {
     dfa: Option<hybrid::dfa::Cache>,
-    backtrack: backtrack::Cache,
-    pikevm: pikevm::Cache,
+    backtrack: Option<backtrack::Cache>,
+    pikevm: Option<pikevm::Cache>,
 }
 
 impl Matcher {
     /// `pattern` compiled with the regex crate's syntax, its automaton at most `size_limit` bytes.
     pub fn new(pattern: &str, size_limit: usize) -> Result<Matcher, MatcherError> {
-        Matcher::build(&[pattern], MatchKind::LeftmostFirst, size_limit)
+        Matcher::build(&[pattern], MatchKind::LeftmostFirst, size_limit, None)
     }
 
-    /// All of `patterns` in one automaton, for [`Matcher::which`].
-    pub fn many(patterns: &[&str], size_limit: usize) -> Result<Matcher, MatcherError> {
-        Matcher::build(patterns, MatchKind::All, size_limit)
+    /// [`Matcher::new`] cut down to `alphabet` when it covers the pattern. The pattern is
+    /// valid, or too big, as it is on its own: the full automaton is compiled to check it.
+    pub fn with_alphabet(
+        pattern: &str,
+        size_limit: usize,
+        alphabet: Option<&Arc<Alphabet>>,
+    ) -> Result<Matcher, MatcherError> {
+        Matcher::build(&[pattern], MatchKind::LeftmostFirst, size_limit, alphabet)
     }
 
-    fn build(patterns: &[&str], kind: MatchKind, size_limit: usize) -> Result<Matcher, MatcherError> {
+    /// All of `patterns` in one automaton, for [`Matcher::which`] (cut down to `alphabet`
+    /// when it covers all of them).
+    pub fn many(
+        patterns: &[&str],
+        size_limit: usize,
+        alphabet: Option<&Arc<Alphabet>>,
+    ) -> Result<Matcher, MatcherError> {
+        Matcher::build(patterns, MatchKind::All, size_limit, alphabet)
+    }
+
+    fn build(
+        patterns: &[&str],
+        kind: MatchKind,
+        size_limit: usize,
+        alphabet: Option<&Arc<Alphabet>>,
+    ) -> Result<Matcher, MatcherError> {
         let hirs = patterns
             .iter()
             .map(|p| syntax::parse_with(p, &syntax::Config::new()).map_err(|e| MatcherError::Syntax(e.to_string())))
             .collect::<Result<Vec<Hir>, _>>()?;
-        let nfa = thompson::Compiler::new()
-            .configure(
-                thompson::Config::new()
-                    .which_captures(WhichCaptures::None)
-                    .nfa_size_limit(Some(size_limit))
-                    .shrink(false),
-            )
-            .build_many_from_hir(&hirs)
-            .map_err(|e| match e.size_limit() {
-                Some(limit) => MatcherError::TooBig(limit),
-                None => MatcherError::Syntax(e.to_string()),
-            })?;
+        let compile = |hirs: &[Hir]| {
+            thompson::Compiler::new()
+                .configure(
+                    thompson::Config::new()
+                        .which_captures(WhichCaptures::None)
+                        .nfa_size_limit(Some(size_limit))
+                        .shrink(false),
+                )
+                .build_many_from_hir(hirs)
+                .map_err(|e| match e.size_limit() {
+                    Some(limit) => MatcherError::TooBig(limit),
+                    None => MatcherError::Syntax(e.to_string()),
+                })
+        };
+        let full = compile(&hirs)?;
+        let alphabet = alphabet.filter(|a| hirs.iter().all(|h| a.covers(h)));
+        let (nfa, hirs) = match alphabet {
+            Some(a) => {
+                drop(full);
+                let cut: Vec<Hir> = hirs.iter().map(|h| a.restrict(h)).collect();
+                (compile(&cut)?, cut)
+            }
+            None => (full, hirs),
+        };
         let prefilter = match kind {
             MatchKind::LeftmostFirst => Prefilter::from_hirs_prefix(kind, &hirs),
             // a set reports every pattern that matches: no prefix is required by all of them
             _ => None,
-        };
+        }
+        .filter(|p| p.memory_usage() <= MAX_PREFILTER_BYTES);
         let dfa_config = |capacity: usize| {
             hybrid::dfa::Config::new()
                 .match_kind(kind)
@@ -140,6 +188,7 @@ impl Matcher {
             .map_err(|e| MatcherError::Syntax(e.to_string()))?;
         let engines = Arc::new(Engines {
             patterns: patterns.iter().map(|&p| Box::from(p)).collect(),
+            alphabet: alphabet.cloned(),
             nfa,
             dfa,
             backtrack,
@@ -148,8 +197,8 @@ impl Matcher {
         let for_caches = Arc::clone(&engines);
         let make: CacheFn = Box::new(move || Caches {
             dfa: for_caches.dfa.as_ref().map(hybrid::dfa::DFA::create_cache),
-            backtrack: for_caches.backtrack.create_cache(),
-            pikevm: for_caches.pikevm.create_cache(),
+            backtrack: None,
+            pikevm: None,
         });
         Ok(Matcher { engines, caches: Arc::new(Pool::new(make)) })
     }
@@ -164,8 +213,31 @@ impl Matcher {
         self.engines.patterns.len()
     }
 
+    /// The alphabet the matcher runs in, when it was cut down to one: it runs on text that
+    /// alphabet translated ([`Matcher::is_match_translated`]).
+    pub fn alphabet(&self) -> Option<&Arc<Alphabet>> {
+        self.engines.alphabet.as_ref()
+    }
+
     /// Whether some pattern matches somewhere in `text`.
     pub fn is_match(&self, text: &str) -> bool {
+        match self.untranslated(text) {
+            Some(translated) => self.is_match_translated(&translated),
+            None => self.is_match_translated(text),
+        }
+    }
+
+    /// `text` translated into the matcher's alphabet when it must be.
+    fn untranslated(&self, text: &str) -> Option<String> {
+        let alphabet = self.engines.alphabet.as_ref().filter(|_| !text.is_ascii())?;
+        let mut translated = String::new();
+        alphabet.translate(text, &mut translated);
+        Some(translated)
+    }
+
+    /// [`Matcher::is_match`] of a text already translated into [`Matcher::alphabet`] (or the
+    /// text itself, when the matcher has no alphabet or the text is ASCII).
+    pub fn is_match_translated(&self, text: &str) -> bool {
         let input = Input::new(text).earliest(true);
         let mut caches = self.caches.get();
         let caches = &mut *caches;
@@ -175,15 +247,26 @@ impl Matcher {
             }
         }
         if input.get_span().len() <= self.engines.backtrack.max_haystack_len() {
-            if let Ok(found) = self.engines.backtrack.try_is_match(&mut caches.backtrack, input.clone()) {
+            if let Ok(found) = self.engines.backtrack.try_is_match(
+                caches.backtrack.get_or_insert_with(|| self.engines.backtrack.create_cache()),
+                input.clone(),
+            ) {
                 return found;
             }
         }
-        self.engines.pikevm.is_match(&mut caches.pikevm, input)
+        self.engines.pikevm.is_match(caches.pikevm.get_or_insert_with(|| self.engines.pikevm.create_cache()), input)
     }
 
     /// The patterns (by index, as given to [`Matcher::many`]) that match somewhere in `text`.
     pub fn which(&self, text: &str) -> PatternSet {
+        match self.untranslated(text) {
+            Some(translated) => self.which_translated(&translated),
+            None => self.which_translated(text),
+        }
+    }
+
+    /// [`Matcher::which`] of a text already translated, as for [`Matcher::is_match_translated`].
+    pub fn which_translated(&self, text: &str) -> PatternSet {
         let input = Input::new(text);
         let mut found = PatternSet::new(self.engines.patterns.len());
         let mut caches = self.caches.get();
@@ -194,7 +277,8 @@ impl Matcher {
             }
             found.clear();
         }
-        self.engines.pikevm.which_overlapping_matches(&mut caches.pikevm, &input, &mut found);
+        let pikevm = caches.pikevm.get_or_insert_with(|| self.engines.pikevm.create_cache());
+        self.engines.pikevm.which_overlapping_matches(pikevm, &input, &mut found);
         found
     }
 
@@ -246,7 +330,7 @@ mod tests {
 
     #[test]
     fn a_set_says_which_patterns_match() {
-        let set = Matcher::many(&[r"[A-Z]{5,}", r"\d{4,}", r"(?:\W){6,}"], 10 << 20).unwrap();
+        let set = Matcher::many(&[r"[A-Z]{5,}", r"\d{4,}", r"(?:\W){6,}"], 10 << 20, None).unwrap();
         let found = set.which("SHOUTING and 12345");
         assert!(
             found.contains(PatternID::must(0))

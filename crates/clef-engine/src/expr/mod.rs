@@ -16,6 +16,7 @@
 //! - `json` writes JSON text, for every part of clef that does.
 //! - `same` is the language's `==` on JSON values: the one rule of "the same value".
 
+pub mod alphabet;
 pub(crate) mod ast;
 pub(crate) mod branching;
 pub mod check;

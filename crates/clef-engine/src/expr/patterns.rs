@@ -20,6 +20,9 @@
 //! set (a multi-pattern [`Matcher`]) when none needs a Unicode word boundary, else one by one. The answers are those
 //! of running every regex.
 
+use std::sync::Arc;
+
+use super::alphabet::Alphabet;
 use super::matcher::Matcher;
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use memchr::memmem::Finder;
@@ -69,6 +72,9 @@ pub(crate) struct GroupState {
     rest: Option<PatternSet>,
     /// by pattern with several required sets: which of them occurred (allocated when needed)
     sets_seen: Vec<u8>,
+    /// the subject in the table's alphabet, once a regex built in it runs: `Some(None)` when
+    /// it is ASCII (read as it is)
+    translated: Option<Option<String>>,
 }
 
 fn bit(bits: &[u64], i: usize) -> bool {
@@ -83,7 +89,7 @@ fn set(bits: &mut [u64], i: usize) {
 
 impl PatternGroup {
     /// The group of `tests`, in order (a test's index is its position).
-    pub(crate) fn new(tests: Vec<PatternTest>) -> PatternGroup {
+    pub(crate) fn new(tests: Vec<PatternTest>, alphabet: Option<&Arc<Alphabet>>) -> PatternGroup {
         let mut literals: Vec<Vec<u8>> = Vec::new();
         let mut owners: Vec<Vec<(u32, u8)>> = Vec::new();
         let mut all_sets = Vec::with_capacity(tests.len());
@@ -125,7 +131,7 @@ impl PatternGroup {
                 }
             }
         }
-        let rest = if rest_patterns.len() >= 2 { Matcher::many(&rest_patterns, 64 << 20).ok() } else { None };
+        let rest = if rest_patterns.len() >= 2 { Matcher::many(&rest_patterns, 64 << 20, alphabet).ok() } else { None };
         if rest.is_some() {
             for (n, i) in rest_ids.into_iter().enumerate() {
                 if let Some(p) = patterns.get_mut(i) {
@@ -177,6 +183,7 @@ impl PatternGroup {
             held: vec![0; words],
             rest: None,
             sets_seen: Vec::new(),
+            translated: None,
         }
     }
 
@@ -219,11 +226,12 @@ impl PatternGroup {
         let held = if p.prefiltered && !bit(&state.candidates, index) {
             false
         } else if let (Some(n), Some(rest)) = (p.in_rest, &self.rest) {
-            state.rest.get_or_insert_with(|| rest.which(subject)).contains(PatternID::new_unchecked(n as usize))
+            let text = Self::text_for(rest, subject, &mut state.translated);
+            state.rest.get_or_insert_with(|| rest.which_translated(text)).contains(PatternID::new_unchecked(n as usize))
         } else {
             match &p.test {
                 PatternTest::Substring(f) => f.find(subject.as_bytes()).is_some(),
-                PatternTest::Regex(re) => re.is_match(subject),
+                PatternTest::Regex(re) => re.is_match_translated(Self::text_for(re, subject, &mut state.translated)),
             }
         };
         set(&mut state.known, index);
@@ -231,6 +239,21 @@ impl PatternGroup {
             set(&mut state.held, index);
         }
         held
+    }
+
+    /// The text `matcher` runs on: `subject`, or its translation into the alphabet the matcher
+    /// was built in, made once per decision in `translated` (a table's regexes are all built in
+    /// its one alphabet).
+    fn text_for<'t>(matcher: &Matcher, subject: &'t str, translated: &'t mut Option<Option<String>>) -> &'t str {
+        let Some(alphabet) = matcher.alphabet() else { return subject };
+        let translation = translated.get_or_insert_with(|| {
+            (!subject.is_ascii()).then(|| {
+                let mut out = String::new();
+                alphabet.translate(subject, &mut out);
+                out
+            })
+        });
+        translation.as_deref().unwrap_or(subject)
     }
 }
 
@@ -475,10 +498,24 @@ mod tests {
             "(?i)(the)\\s+(?:\\w+\\s+){0,2}pump[!?.]{2,}",
         ];
         let needles = ["元", "go", ""];
-        let mut tests: Vec<PatternTest> =
-            patterns.iter().map(|p| PatternTest::Regex(Matcher::new(p, 10 << 20).unwrap())).collect();
-        tests.extend(needles.iter().map(|n| PatternTest::Substring(Box::new(Finder::new(n.as_bytes()).into_owned()))));
-        let group = PatternGroup::new(tests);
+        let hirs: Vec<Hir> = patterns.iter().map(|p| regex_syntax::Parser::new().parse(p).unwrap()).collect();
+        let alphabet = Alphabet::new(&hirs).map(Arc::new);
+        assert!(alphabet.is_some());
+        // as parsed, and cut down to the patterns' alphabet (the subject translated)
+        for alphabet in [None, alphabet.as_ref()] {
+            let mut tests: Vec<PatternTest> = patterns
+                .iter()
+                .map(|p| PatternTest::Regex(Matcher::with_alphabet(p, 10 << 20, alphabet).unwrap()))
+                .collect();
+            tests.extend(
+                needles.iter().map(|n| PatternTest::Substring(Box::new(Finder::new(n.as_bytes()).into_owned()))),
+            );
+            let group = PatternGroup::new(tests, alphabet);
+            answers_as_each_regex(&group, &patterns, &needles);
+        }
+    }
+
+    fn answers_as_each_regex(group: &PatternGroup, patterns: &[&str], needles: &[&str]) {
         for text in [
             "",
             "元旦快乐 see t.me/ab",

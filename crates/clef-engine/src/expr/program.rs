@@ -6,8 +6,11 @@
 //! `headers["x-api-key"]`). Every path is resolved to a slot number at load time, so that an
 //! expression reads a field with one array access.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 
+use super::alphabet::Alphabet;
 use super::ir::{Node, PathSeg, Step, Target};
 use super::ops::{self, EvalError};
 use super::patterns::PatternGroup;
@@ -52,6 +55,9 @@ pub struct Program {
     /// `!f`), or [`super::ir::NO_SLOT`]: read without loading the operand's node, which in a
     /// table of tens of thousands of rules is a cache miss per test
     pub(crate) atom_slots: Vec<u32>,
+    /// the characters the table's regexes tell apart: their automata hold only those, and
+    /// run on subjects translated into them ([`super::alphabet`])
+    pub(crate) alphabet: Option<Arc<Alphabet>>,
     /// by slot: whether a decision reads it (an expression, the schema check or a template);
     /// the others are only steps towards nested paths, or what an explanation shows
     pub(crate) read: Vec<bool>,
