@@ -134,6 +134,7 @@ impl Parser {
             self.bump();
             items.push(operand(self)?);
         }
+        items.shrink_to_fit();
         let span = items[0].span.to(items[items.len() - 1].span);
         Ok(Expr::new(kind(items), span))
     }
@@ -192,6 +193,7 @@ impl Parser {
         if rest.is_empty() {
             return Ok(first);
         }
+        rest.shrink_to_fit();
         let span = first.span.to(rest[rest.len() - 1].1.span);
         Ok(Expr::new(ExprKind::Chain(Box::new(first), rest), span))
     }
@@ -314,6 +316,9 @@ impl Parser {
         if steps.is_empty() {
             return Ok(base);
         }
+        // a table keeps its rules' trees (for explanations): a path of two steps should not
+        // hold room for four, nor a chain or a list more than its items
+        steps.shrink_to_fit();
         let span = base.span.to(steps[steps.len() - 1].1);
         Ok(Expr::new(ExprKind::Access(Box::new(base), steps), span))
     }
@@ -386,6 +391,7 @@ impl Parser {
         }
         let close = self.expect(Tok::RBracket, "`,` or `]`")?;
         self.leave();
+        items.shrink_to_fit();
         Ok(Expr::new(ExprKind::Array(items), open.to(close.span)))
     }
 
@@ -417,6 +423,7 @@ impl Parser {
         if args.len() < min || args.len() > max {
             return Err(ExprError::new(span, format!("{name}() takes {}, got {}", func.arity_text(), args.len())));
         }
+        args.shrink_to_fit();
         Ok(Expr::new(ExprKind::Call(func, args), span))
     }
 }
