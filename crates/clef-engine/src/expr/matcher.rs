@@ -28,7 +28,7 @@ use regex_automata::util::pool::Pool;
 use regex_automata::util::prefilter::Prefilter;
 use regex_automata::util::syntax;
 use regex_automata::{Input, MatchKind, PatternSet};
-use regex_syntax::hir::Hir;
+use regex_syntax::hir::{Hir, HirKind};
 
 use super::alphabet::Alphabet;
 
@@ -82,6 +82,10 @@ struct Engines {
     alphabet: Option<Arc<Alphabet>>,
     nfa: NFA,
     dfa: Option<hybrid::dfa::DFA>,
+    /// for a pattern with a Unicode word boundary, which the lazy DFA gives up on next to
+    /// non-ASCII text: a lazy DFA of the pattern without its word boundaries, which match
+    /// wherever the pattern does, so that when it finds nothing neither does the pattern
+    relaxed: Option<hybrid::dfa::DFA>,
     backtrack: backtrack::BoundedBacktracker,
     pikevm: pikevm::PikeVM,
 }
@@ -91,6 +95,7 @@ struct Engines {
 /// never leave the lazy DFA.
 struct Caches {
     dfa: Option<hybrid::dfa::Cache>,
+    relaxed: Option<hybrid::dfa::Cache>,
     backtrack: Option<backtrack::Cache>,
     pikevm: Option<pikevm::Cache>,
 }
@@ -178,6 +183,14 @@ impl Matcher {
         let dfa = [capacity, 4 * capacity].into_iter().find_map(|capacity| {
             hybrid::dfa::Builder::new().configure(dfa_config(capacity)).build_from_nfa(nfa.clone()).ok()
         });
+        let relaxed = match (kind, &hirs[..]) {
+            (MatchKind::LeftmostFirst, [hir]) if hir.properties().look_set().contains_word_unicode() => {
+                compile(&[without_word_boundaries(hir, 0)]).ok().and_then(|nfa| {
+                    hybrid::dfa::Builder::new().configure(dfa_config(DFA_CACHE_BYTES)).build_from_nfa(nfa).ok()
+                })
+            }
+            _ => None,
+        };
         let backtrack = backtrack::Builder::new()
             .configure(backtrack::Config::new().visited_capacity(BACKTRACK_VISITED_BYTES))
             .build_from_nfa(nfa.clone())
@@ -191,12 +204,14 @@ impl Matcher {
             alphabet: alphabet.cloned(),
             nfa,
             dfa,
+            relaxed,
             backtrack,
             pikevm,
         });
         let for_caches = Arc::clone(&engines);
         let make: CacheFn = Box::new(move || Caches {
             dfa: for_caches.dfa.as_ref().map(hybrid::dfa::DFA::create_cache),
+            relaxed: None,
             backtrack: None,
             pikevm: None,
         });
@@ -246,6 +261,12 @@ impl Matcher {
                 return found.is_some();
             }
         }
+        if let Some(relaxed) = &self.engines.relaxed {
+            let cache = caches.relaxed.get_or_insert_with(|| relaxed.create_cache());
+            if let Ok(None) = relaxed.try_search_fwd(cache, &input) {
+                return false;
+            }
+        }
         if input.get_span().len() <= self.engines.backtrack.max_haystack_len() {
             if let Ok(found) = self.engines.backtrack.try_is_match(
                 caches.backtrack.get_or_insert_with(|| self.engines.backtrack.create_cache()),
@@ -288,6 +309,35 @@ impl Matcher {
     }
 }
 
+/// `hir` with its Unicode word boundaries (`\b`, `\B`, `\<`, `\>` and halves) taken out: it
+/// matches wherever `hir` does, and a lazy DFA runs it on any text.
+fn without_word_boundaries(hir: &Hir, depth: usize) -> Hir {
+    use regex_syntax::hir::{Capture, Look, Repetition};
+    if depth > 64 {
+        return hir.clone();
+    }
+    let sub = |h: &Hir| Box::new(without_word_boundaries(h, depth + 1));
+    match hir.kind() {
+        HirKind::Look(
+            Look::WordUnicode
+            | Look::WordUnicodeNegate
+            | Look::WordStartUnicode
+            | Look::WordEndUnicode
+            | Look::WordStartHalfUnicode
+            | Look::WordEndHalfUnicode,
+        ) => Hir::empty(),
+        HirKind::Concat(subs) => Hir::concat(subs.iter().map(|s| without_word_boundaries(s, depth + 1)).collect()),
+        HirKind::Alternation(subs) => {
+            Hir::alternation(subs.iter().map(|s| without_word_boundaries(s, depth + 1)).collect())
+        }
+        HirKind::Capture(c) => Hir::capture(Capture { index: c.index, name: c.name.clone(), sub: sub(&c.sub) }),
+        HirKind::Repetition(r) => {
+            Hir::repetition(Repetition { min: r.min, max: r.max, greedy: r.greedy, sub: sub(&r.sub) })
+        }
+        _ => hir.clone(),
+    }
+}
+
 impl fmt::Debug for Matcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("Matcher").field(&self.engines.patterns).finish()
@@ -326,6 +376,17 @@ mod tests {
         let text = format!("{}é {} money", "é".repeat(50), "x".repeat(3000));
         agree(r"\bmoney\b", &[&text, "éa", "é money"]);
         agree(r"\bmoney\b", &[&format!("{}é", "x ".repeat(20_000))]);
+    }
+
+    #[test]
+    fn without_its_word_boundaries_a_pattern_rules_out_texts_and_never_rules_in() {
+        // the DFA of `go` finds nothing in the first texts: false without the fallbacks; in
+        // the others it finds `go` and the fallbacks judge the boundaries
+        let texts = ["éé", "\u{1F389} none", "égo", "goé", "é go", "ég go", "ÉGO go", "x\u{e9}go\u{e9}"];
+        agree(r"\bgo\b", &texts);
+        agree(r"(?i)\bGO\B", &texts);
+        agree(r"\b(?:go|é)\b", &texts);
+        agree(r"(?i)\bstra(ss|ß)e\b", &["straße!", "Straßen", "é strasse", "éstrasse"]);
     }
 
     #[test]
