@@ -78,6 +78,9 @@ fn decide(c: &mut Criterion) {
         ("moderation_workload.py", 500, "moderation-500", &[]),
         ("textmod_workload.py", 500, "textmod-500", &[]),
         ("textmod_workload.py", 5_000, "textmod-5000", &[]),
+        // the same posts with accents and emoji: Unicode `\b` patterns leave the lazy DFA
+        ("textmod_workload.py", 500, "textmod-non-ascii-500", &["--non-ascii"]),
+        ("textmod_workload.py", 5_000, "textmod-non-ascii-5000", &["--non-ascii"]),
         ("policy_workload.py", 500, "policy-500", &[]),
         ("policy_workload.py", 5_000, "policy-5000", &[]),
         ("policy_workload.py", 500, "nested-500", &["--shape", "nested"]),
