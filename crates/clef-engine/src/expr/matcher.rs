@@ -85,7 +85,9 @@ struct Engines {
     /// for a pattern with a Unicode word boundary, which the lazy DFA gives up on next to
     /// non-ASCII text: a lazy DFA of the pattern without its word boundaries, which match
     /// wherever the pattern does, so that when it finds nothing neither does the pattern
-    relaxed: Option<hybrid::dfa::DFA>,
+    /// (boxed: a lazy DFA's configuration and byte maps take most of a kilobyte, which most
+    /// patterns, without `\b`, should not carry)
+    relaxed: Option<Box<hybrid::dfa::DFA>>,
     backtrack: backtrack::BoundedBacktracker,
     pikevm: pikevm::PikeVM,
 }
@@ -186,7 +188,11 @@ impl Matcher {
         let relaxed = match (kind, &hirs[..]) {
             (MatchKind::LeftmostFirst, [hir]) if hir.properties().look_set().contains_word_unicode() => {
                 compile(&[without_word_boundaries(hir, 0)]).ok().and_then(|nfa| {
-                    hybrid::dfa::Builder::new().configure(dfa_config(DFA_CACHE_BYTES)).build_from_nfa(nfa).ok()
+                    hybrid::dfa::Builder::new()
+                        .configure(dfa_config(DFA_CACHE_BYTES))
+                        .build_from_nfa(nfa)
+                        .ok()
+                        .map(Box::new)
                 })
             }
             _ => None,
