@@ -153,14 +153,15 @@ impl Matcher {
                 })
         };
         let full = compile(&hirs)?;
-        let alphabet = alphabet.filter(|a| hirs.iter().all(|h| a.covers(h)));
-        let (nfa, hirs) = match alphabet {
-            Some(a) => {
-                drop(full);
-                let cut: Vec<Hir> = hirs.iter().map(|h| a.restrict(h)).collect();
-                (compile(&cut)?, cut)
-            }
-            None => (full, hirs),
+        let cut = alphabet.filter(|a| hirs.iter().all(|h| a.covers(h))).and_then(|a| {
+            let cut: Vec<Hir> = hirs.iter().map(|h| a.restrict(h)).collect();
+            // no bigger than the full automaton; should it still fail, the pattern keeps
+            // its full automaton rather than fail the table
+            compile(&cut).ok().map(|nfa| (nfa, cut, a))
+        });
+        let (nfa, hirs, alphabet) = match cut {
+            Some((nfa, cut, a)) => (nfa, cut, Some(a)),
+            None => (full, hirs, None),
         };
         let prefilter = match kind {
             MatchKind::LeftmostFirst => Prefilter::from_hirs_prefix(kind, &hirs),
