@@ -133,6 +133,16 @@ impl Alphabet {
         out.push_str(rest);
     }
 
+    /// `text` translated, or `None` when it is ASCII (it reads as it is).
+    pub fn translated(&self, text: &str) -> Option<String> {
+        if text.is_ascii() {
+            return None;
+        }
+        let mut out = String::new();
+        self.translate(text, &mut out);
+        Some(out)
+    }
+
     /// Whether `hir` tells characters apart only as the alphabet's blocks do: every class
     /// and literal of it was one the alphabet was cut by, and it reads no byte outside ASCII.
     pub fn covers(&self, hir: &Hir) -> bool {

@@ -139,12 +139,9 @@ impl<'a> Ctx<'a> {
         if let Some(&(_, t)) = self.translated.iter().find(|(k, _)| *k == key) {
             return t;
         }
-        let t = if s.is_ascii() {
-            s
-        } else {
-            let mut out = String::new();
-            alphabet.translate(s, &mut out);
-            self.arena.alloc_str(&out)
+        let t = match alphabet.translated(s) {
+            Some(out) => &*self.arena.alloc_str(&out),
+            None => s,
         };
         self.translated.push((key, t));
         t

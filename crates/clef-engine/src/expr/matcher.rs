@@ -251,10 +251,7 @@ impl Matcher {
 
     /// `text` translated into the matcher's alphabet when it must be.
     fn untranslated(&self, text: &str) -> Option<String> {
-        let alphabet = self.engines.alphabet.as_ref().filter(|_| !text.is_ascii())?;
-        let mut translated = String::new();
-        alphabet.translate(text, &mut translated);
-        Some(translated)
+        self.engines.alphabet.as_ref()?.translated(text)
     }
 
     /// [`Matcher::is_match`] of a text already translated into [`Matcher::alphabet`] (or the

@@ -246,14 +246,7 @@ impl PatternGroup {
     /// its one alphabet).
     fn text_for<'t>(matcher: &Matcher, subject: &'t str, translated: &'t mut Option<Option<String>>) -> &'t str {
         let Some(alphabet) = matcher.alphabet() else { return subject };
-        let translation = translated.get_or_insert_with(|| {
-            (!subject.is_ascii()).then(|| {
-                let mut out = String::new();
-                alphabet.translate(subject, &mut out);
-                out
-            })
-        });
-        translation.as_deref().unwrap_or(subject)
+        translated.get_or_insert_with(|| alphabet.translated(subject)).as_deref().unwrap_or(subject)
     }
 }
 
