@@ -160,30 +160,41 @@ impl Alphabet {
     /// `hir` with each class cut down to ASCII and the representatives: the pattern as it runs
     /// on translated text (for a pattern the alphabet [`covers`](Alphabet::covers)).
     pub fn restrict(&self, hir: &Hir) -> Hir {
-        self.restrict_at(hir, 0)
-    }
-
-    fn restrict_at(&self, hir: &Hir, depth: usize) -> Hir {
-        if depth > MAX_DEPTH {
-            return hir.clone();
-        }
-        let sub = |h: &Hir| Box::new(self.restrict_at(h, depth + 1));
-        match hir.kind() {
+        rewrite(hir, MAX_DEPTH, &|h| match h.kind() {
             HirKind::Class(Class::Unicode(c)) => {
                 let mut cut = c.clone();
                 cut.intersect(&self.keep);
-                Hir::class(Class::Unicode(cut))
+                Some(Hir::class(Class::Unicode(cut)))
             }
-            HirKind::Concat(subs) => Hir::concat(subs.iter().map(|s| self.restrict_at(s, depth + 1)).collect()),
-            HirKind::Alternation(subs) => {
-                Hir::alternation(subs.iter().map(|s| self.restrict_at(s, depth + 1)).collect())
-            }
-            HirKind::Capture(c) => Hir::capture(Capture { index: c.index, name: c.name.clone(), sub: sub(&c.sub) }),
-            HirKind::Repetition(r) => {
-                Hir::repetition(Repetition { min: r.min, max: r.max, greedy: r.greedy, sub: sub(&r.sub) })
-            }
-            _ => hir.clone(),
+            _ => None,
+        })
+    }
+}
+
+/// `hir` with every node `leaf` replaces (`Some`) replaced, the rest rebuilt around them; past
+/// `max_depth` levels, left as it is.
+pub(crate) fn rewrite(hir: &Hir, max_depth: usize, leaf: &dyn Fn(&Hir) -> Option<Hir>) -> Hir {
+    rewrite_at(hir, max_depth, leaf, 0)
+}
+
+fn rewrite_at(hir: &Hir, max_depth: usize, leaf: &dyn Fn(&Hir) -> Option<Hir>, depth: usize) -> Hir {
+    if depth > max_depth {
+        return hir.clone();
+    }
+    if let Some(replaced) = leaf(hir) {
+        return replaced;
+    }
+    let sub = |h: &Hir| rewrite_at(h, max_depth, leaf, depth + 1);
+    match hir.kind() {
+        HirKind::Concat(subs) => Hir::concat(subs.iter().map(sub).collect()),
+        HirKind::Alternation(subs) => Hir::alternation(subs.iter().map(sub).collect()),
+        HirKind::Capture(c) => {
+            Hir::capture(Capture { index: c.index, name: c.name.clone(), sub: Box::new(sub(&c.sub)) })
         }
+        HirKind::Repetition(r) => {
+            Hir::repetition(Repetition { min: r.min, max: r.max, greedy: r.greedy, sub: Box::new(sub(&r.sub)) })
+        }
+        _ => hir.clone(),
     }
 }
 

@@ -188,7 +188,7 @@ impl Matcher {
         });
         let relaxed = match (kind, &hirs[..]) {
             (MatchKind::LeftmostFirst, [hir]) if hir.properties().look_set().contains_word_unicode() => {
-                compile(&[without_word_boundaries(hir, 0)]).ok().and_then(|nfa| {
+                compile(&[without_word_boundaries(hir)]).ok().and_then(|nfa| {
                     hybrid::dfa::Builder::new()
                         .configure(dfa_config(DFA_CACHE_BYTES))
                         .build_from_nfa(nfa)
@@ -315,13 +315,9 @@ impl Matcher {
 
 /// `hir` with its Unicode word boundaries (`\b`, `\B`, `\<`, `\>` and halves) taken out: it
 /// matches wherever `hir` does, and a lazy DFA runs it on any text.
-fn without_word_boundaries(hir: &Hir, depth: usize) -> Hir {
-    use regex_syntax::hir::{Capture, Look, Repetition};
-    if depth > 64 {
-        return hir.clone();
-    }
-    let sub = |h: &Hir| Box::new(without_word_boundaries(h, depth + 1));
-    match hir.kind() {
+fn without_word_boundaries(hir: &Hir) -> Hir {
+    use regex_syntax::hir::Look;
+    super::alphabet::rewrite(hir, 64, &|h| match h.kind() {
         HirKind::Look(
             Look::WordUnicode
             | Look::WordUnicodeNegate
@@ -329,17 +325,9 @@ fn without_word_boundaries(hir: &Hir, depth: usize) -> Hir {
             | Look::WordEndUnicode
             | Look::WordStartHalfUnicode
             | Look::WordEndHalfUnicode,
-        ) => Hir::empty(),
-        HirKind::Concat(subs) => Hir::concat(subs.iter().map(|s| without_word_boundaries(s, depth + 1)).collect()),
-        HirKind::Alternation(subs) => {
-            Hir::alternation(subs.iter().map(|s| without_word_boundaries(s, depth + 1)).collect())
-        }
-        HirKind::Capture(c) => Hir::capture(Capture { index: c.index, name: c.name.clone(), sub: sub(&c.sub) }),
-        HirKind::Repetition(r) => {
-            Hir::repetition(Repetition { min: r.min, max: r.max, greedy: r.greedy, sub: sub(&r.sub) })
-        }
-        _ => hir.clone(),
-    }
+        ) => Some(Hir::empty()),
+        _ => None,
+    })
 }
 
 impl fmt::Debug for Matcher {

@@ -22,13 +22,13 @@
 
 use std::sync::Arc;
 
-use super::alphabet::Alphabet;
+use super::alphabet::{rewrite, Alphabet};
 use super::matcher::Matcher;
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use memchr::memmem::Finder;
 use regex_automata::{PatternID, PatternSet};
 use regex_syntax::hir::literal::{ExtractKind, Extractor, Seq};
-use regex_syntax::hir::{Capture, Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind, Repetition};
+use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, Hir, HirKind};
 
 /// A test of the subject that a group answers.
 #[derive(Debug)]
@@ -264,7 +264,7 @@ fn unicode_word_boundary(pattern: &str) -> bool {
 #[cfg(test)]
 fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
     let hir = regex_syntax::Parser::new().parse(pattern).ok()?;
-    required(&fold_ascii(&hir, 0), 0)
+    required(&fold_ascii(&hir), 0)
 }
 
 /// `hir` with every all-ASCII class replaced by its ASCII-lower-cased members (a literal when
@@ -275,38 +275,24 @@ fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
 /// it falls back to short prefixes (`cas`) that occur in most texts and the regex runs on
 /// every decision. A class with non-ASCII members (`(?i)k` holds the Kelvin sign) is kept, so
 /// that those spellings stay in the set.
-fn fold_ascii(hir: &Hir, depth: usize) -> Hir {
-    if depth > 32 {
-        return hir.clone();
-    }
-    match hir.kind() {
+fn fold_ascii(hir: &Hir) -> Hir {
+    rewrite(hir, 32, &|h| match h.kind() {
         HirKind::Class(Class::Unicode(c)) if c.ranges().iter().all(|r| r.end().is_ascii()) => {
             let mut lower: Vec<u8> =
                 c.ranges().iter().flat_map(|r| r.start()..=r.end()).map(|ch| ch.to_ascii_lowercase() as u8).collect();
             lower.sort_unstable();
             lower.dedup();
-            ascii_class(&lower)
+            Some(ascii_class(&lower))
         }
         HirKind::Class(Class::Bytes(c)) if c.ranges().iter().all(|r| r.end().is_ascii()) => {
             let mut lower: Vec<u8> =
                 c.ranges().iter().flat_map(|r| r.start()..=r.end()).map(|b| b.to_ascii_lowercase()).collect();
             lower.sort_unstable();
             lower.dedup();
-            ascii_class(&lower)
+            Some(ascii_class(&lower))
         }
-        HirKind::Concat(subs) => Hir::concat(subs.iter().map(|s| fold_ascii(s, depth + 1)).collect()),
-        HirKind::Alternation(subs) => Hir::alternation(subs.iter().map(|s| fold_ascii(s, depth + 1)).collect()),
-        HirKind::Capture(c) => {
-            Hir::capture(Capture { index: c.index, name: c.name.clone(), sub: Box::new(fold_ascii(&c.sub, depth + 1)) })
-        }
-        HirKind::Repetition(r) => Hir::repetition(Repetition {
-            min: r.min,
-            max: r.max,
-            greedy: r.greedy,
-            sub: Box::new(fold_ascii(&r.sub, depth + 1)),
-        }),
-        _ => hir.clone(),
-    }
+        _ => None,
+    })
 }
 
 /// The class of these ASCII bytes (sorted, distinct), or the literal when there is one.
@@ -327,7 +313,7 @@ fn ascii_class(bytes: &[u8]) -> Hir {
 /// `nft`, so a text with only the common word `config` rules it out without running it.
 /// A one-byte literal (`+`, `!`, `v`) is in most texts: a set holding one does not count.
 pub(crate) fn required_sets(pattern: &str) -> Option<Vec<Vec<Vec<u8>>>> {
-    let hir = fold_ascii(&regex_syntax::Parser::new().parse(pattern).ok()?, 0);
+    let hir = fold_ascii(&regex_syntax::Parser::new().parse(pattern).ok()?);
     let long = |lits: &Vec<Vec<u8>>| lits.iter().all(|l| l.len() >= MIN_LITERAL);
     let mut sets: Vec<Vec<Vec<u8>>> = required(&hir, 0).filter(long).into_iter().collect();
     // a part's set only adds to the automaton's work when its strings are short and common
