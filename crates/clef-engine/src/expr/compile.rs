@@ -458,6 +458,62 @@ fn pattern_of(node: &Node) -> Option<((u8, u32), String)> {
     Some((subject, pattern))
 }
 
+/// Puts back in place each memo that only one node reads and that `kept` does not name (the
+/// rule index reads its own memos by number).
+///
+/// A sub-expression is made a memo when several conditions write it, before the tests that
+/// repeat become predicates ([`super::preds`]); a memo inside a test that became one
+/// predicate is then read from one place only, and is computed at most once per decision
+/// anyway, by that predicate. Kept a memo, each computation would also pay for the memo's
+/// bookkeeping: a call, a check, a stored result (`x + 17 <= y` shared by ten rules made
+/// `x + 17` a memo that only the predicate reads). Evaluation is pure, so the values and
+/// errors are the same. The memo's number stays (a constant in its place) so that no other
+/// number changes.
+pub(crate) fn inline_single_use_memos(program: &mut Program, kept: &dyn Fn(u32) -> bool) {
+    let mut uses = vec![0u32; program.memos.len()];
+    let mut count = |n: &mut Node| {
+        if let Node::Memo(m) = n {
+            if let Some(u) = uses.get_mut(*m as usize) {
+                *u += 1;
+            }
+        }
+    };
+    for n in program.exprs.iter_mut().chain(program.preds.iter_mut()).chain(program.memos.iter_mut()) {
+        visit_mut(n, &mut count);
+    }
+    let inline: Vec<bool> = uses.iter().enumerate().map(|(m, &u)| u == 1 && !kept(m as u32)).collect();
+    if !inline.contains(&true) {
+        return;
+    }
+    let mut memos = std::mem::take(&mut program.memos);
+    // `visit_mut` visits a replaced node's children afterwards: a memo inside an inlined
+    // memo is inlined too
+    let put_back = |memos: &mut Vec<Node>, n: &mut Node| {
+        if let Node::Memo(m) = *n {
+            if inline.get(m as usize).copied().unwrap_or(false) {
+                if let Some(memo) = memos.get_mut(m as usize) {
+                    *n = std::mem::replace(memo, Node::Const(Const::Nil));
+                }
+            }
+        }
+    };
+    for n in program.exprs.iter_mut().chain(program.preds.iter_mut()) {
+        visit_mut(n, &mut |n| put_back(&mut memos, n));
+    }
+    for m in 0..memos.len() {
+        if inline.get(m).copied().unwrap_or(true) {
+            continue;
+        }
+        let Some(slot) = memos.get_mut(m) else { continue };
+        let mut node = std::mem::replace(slot, Node::Const(Const::Nil));
+        visit_mut(&mut node, &mut |n| put_back(&mut memos, n));
+        if let Some(slot) = memos.get_mut(m) {
+            *slot = node;
+        }
+    }
+    program.memos = memos;
+}
+
 /// Calls `f` on `node` and then on each node below it.
 pub(crate) fn visit_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
     f(node);
@@ -521,5 +577,60 @@ fn build_pattern_groups(program: &mut Program) {
     };
     for n in program.exprs.iter_mut().chain(program.memos.iter_mut()) {
         visit_mut(n, &mut rewrite);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::{parse_checked, Env};
+
+    /// `srcs` compiled as one table's conditions, their repeated tests made predicates, then
+    /// the single-use memos put back (but those `kept` names).
+    fn compiled(srcs: &[&str], kept: &dyn Fn(u32) -> bool) -> Program {
+        let env = Env::default();
+        let asts: Vec<_> =
+            srcs.iter().map(|s| parse_checked(s, &env, true).unwrap_or_else(|e| panic!("{s}: {e:?}"))).collect();
+        let refs: Vec<&Expr> = asts.iter().collect();
+        let mut program = compile_program(&refs, &env.params, env.regex_size_limit).unwrap_or_else(|e| panic!("{e:?}"));
+        crate::expr::preds::intern(&mut program);
+        inline_single_use_memos(&mut program, kept);
+        program
+    }
+
+    fn memo_reads(program: &mut Program) -> usize {
+        let mut n = 0;
+        for node in program.exprs.iter_mut().chain(program.preds.iter_mut()).chain(program.memos.iter_mut()) {
+            visit_mut(node, &mut |x| n += usize::from(matches!(x, Node::Memo(_))));
+        }
+        n
+    }
+
+    #[test]
+    fn a_memo_only_its_predicate_reads_is_put_back_in_it() {
+        // `a + 17` is written twice, so it became a memo; the test around it, written twice
+        // too, became one predicate, the memo's only reader
+        let mut program = compiled(&["a + 17 <= b && c", "a + 17 <= b || d == 1"], &|_| false);
+        assert_eq!(program.preds.len(), 1);
+        assert_eq!(memo_reads(&mut program), 0, "{:?}", program.preds);
+        assert!(format!("{:?}", program.preds).contains("Slot(0)"), "{:?}", program.preds);
+        // numbering stays: the memo's place holds a constant
+        assert_eq!(program.memos.len(), 1);
+    }
+
+    #[test]
+    fn memos_inside_memos_are_put_back_all_the_way_down() {
+        let mut program = compiled(&["(a + 17) * 2 <= b && c", "(a + 17) * 2 <= b || d == 1"], &|_| false);
+        assert_eq!(program.memos.len(), 2, "{:?}", program.memos);
+        assert_eq!(memo_reads(&mut program), 0, "{:?}", program.preds);
+    }
+
+    #[test]
+    fn memos_read_twice_or_kept_stay_memos() {
+        let mut twice = compiled(&["a + 17 <= b && c", "a + 17 <= b || d == 1", "a + 17 > 100"], &|_| false);
+        assert_eq!(memo_reads(&mut twice), 2, "{:?} {:?}", twice.preds, twice.exprs);
+        let mut kept = compiled(&["a + 17 <= b && c", "a + 17 <= b || d == 1"], &|m| m == 0);
+        assert_eq!(memo_reads(&mut kept), 1, "{:?}", kept.preds);
+        assert!(!matches!(kept.memos.first(), Some(Node::Const(_))), "{:?}", kept.memos);
     }
 }

@@ -559,6 +559,17 @@ impl RuleIndex {
         self.fields.iter().filter(|f| !f.keep.is_empty()).count() + self.groups.len()
     }
 
+    /// Whether the index reads memo `m` (as a field, the field of a shared test, or a pattern
+    /// group's subject): such a memo must stay a memo, computed once for the index and the rules.
+    pub fn reads_memo(&self, m: u32) -> bool {
+        let memo = |f: &FieldRef| matches!(f, FieldRef::Memo(x) if *x == m);
+        self.fields.iter().any(|f| match &f.source {
+            Source::Memo(x) => *x == m,
+            Source::Test(_, field, _) => memo(field),
+            Source::Slot(_) | Source::Group(_) => false,
+        }) || self.groups.iter().any(|g| memo(&g.subject))
+    }
+
     /// Looks up the input's atoms: the columns (hence rules) still possible, into `candidates`
     /// (made by [`Candidates::for_index`]). Shared sub-expressions the index reads are computed
     /// (once) into `cx`.

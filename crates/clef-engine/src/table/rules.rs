@@ -307,6 +307,7 @@ impl RuleEngine {
         let index = RuleIndex::build(&program);
         // after the index, which reads the tests themselves; evaluation answers each once
         crate::expr::preds::intern(&mut program);
+        crate::expr::compile::inline_single_use_memos(&mut program, &|m| index.reads_memo(m));
         crate::expr::ir::lay_out_in_order(&mut program.exprs);
         let plan = ReadPlan::new(&program);
         // last: it moves the tests out of the trees the steps before read
