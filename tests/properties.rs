@@ -559,6 +559,9 @@ fn policy_term() -> impl Strategy<Value = String> {
         1 => (policy_field(), policy_field(), literal()).prop_map(|(f, g, l)| format!("({f} ?? {g}) < {l}")),
         1 => (policy_field(), policy_field(), literal(), literal())
             .prop_map(|(c, f, x, y)| format!("({c} ? {f} > {x} : {f} < {y})")),
+        // branches that are not tests (a field of any type) or are connectives themselves
+        1 => (policy_field(), policy_field(), policy_field(), literal())
+            .prop_map(|(c, f, g, x)| format!("({c} ? {f} : {g} == {x} || !{f})")),
         1 => (policy_field(), needle()).prop_map(|(f, s)| format!("lower({f}) contains {s}")),
         1 => (policy_field(), needle()).prop_map(|(f, s)| format!("upper(trim({f})) startsWith {s}")),
         1 => (policy_field(), pattern()).prop_map(|(f, re)| format!("{f} matches {re}")),

@@ -10,10 +10,12 @@
 //! false → `b`), `b` (true → `c`, false → fails), `c` (true → fails, false → holds). `!` costs
 //! nothing: it swaps the two targets.
 //!
+//! A `c ? a : b` among them is a jump too: `c`, then `a` or `b` with the same two targets.
+//!
 //! The answers are the same as the tree's: tests run in the same order and only where the
 //! tree's short-circuits would run them, a failing test fails the condition there (as `?`
-//! does in the tree), and each test is judged with the operator that holds it (`&&`, `||`, `!`)
-//! so that an error names what the tree's would. The tree stays for explanations: its tests
+//! does in the tree), and each test is judged with the operator that holds it (`&&`, `||`, `!`,
+//! `?:`) so that an error names what the tree's would. The tree stays for explanations: its tests
 //! become `Node::Atom`s that point at the same nodes.
 
 use super::ir::{operand_slot, Node, Step, Target, Test, Within, FAILS, HOLDS, NO_PROGRAM};
@@ -85,21 +87,27 @@ impl Builder<'_> {
                         self.emit(item, within, if_true, if_false);
                         continue;
                     }
-                    // the label is bound to the step after this item's: reserved now, its
-                    // number set once the item is emitted
-                    let next = self.labels.len() as u32;
-                    self.labels.push(FAILS);
+                    // the label is bound to the step after this item's
+                    let next = self.label();
                     if and {
                         self.emit(item, within, Goto::Label(next), if_false);
                     } else {
                         self.emit(item, within, if_true, Goto::Label(next));
                     }
-                    if let Some(at) = self.labels.get_mut(next as usize) {
-                        *at = self.base + self.steps.len() as Target;
-                    }
+                    self.bind(next);
                 }
             }
             Node::Unary(UnOp::Not, x) => self.emit(x, Some(Within::Not), if_false, if_true),
+            // as the tree judges it: the condition with `?:`, then the branch it picks with
+            // the operator around the whole
+            Node::Ternary(c, a, b) if within.is_some() => {
+                let (on_true, on_false) = (self.label(), self.label());
+                self.emit(c, Some(Within::Choice), Goto::Label(on_true), Goto::Label(on_false));
+                self.bind(on_true);
+                self.emit(a, within, if_true, if_false);
+                self.bind(on_false);
+                self.emit(b, within, if_true, if_false);
+            }
             Node::Pred(id) => self.steps.push((Test::Pred(*id), if_true, if_false)),
             leaf => {
                 let atom = self.atoms.len() as u32;
@@ -109,6 +117,20 @@ impl Builder<'_> {
                 let within = within.unwrap_or(Within::And);
                 self.steps.push((Test::Atom { atom, within }, if_true, if_false));
             }
+        }
+    }
+
+    /// A new label, bound later by [`Builder::bind`].
+    fn label(&mut self) -> u32 {
+        self.labels.push(FAILS);
+        self.labels.len() as u32 - 1
+    }
+
+    /// Binds `label` to the next step emitted.
+    fn bind(&mut self, label: u32) {
+        let next = self.base + self.steps.len() as Target;
+        if let Some(at) = self.labels.get_mut(label as usize) {
+            *at = next;
         }
     }
 
@@ -168,6 +190,34 @@ mod tests {
 
     fn row(test: &str, t: &str, f: &str) -> (String, String, String) {
         (test.to_string(), t.to_string(), f.to_string())
+    }
+
+    #[test]
+    fn a_choice_among_connectives_is_a_jump_to_the_branch_it_picks() {
+        // the condition is judged with `?:`, each branch with the operator around the whole
+        assert_eq!(
+            steps("a == 1 && (vip ? b < 1000 : b < 100)"),
+            vec![
+                row("slot 0 in &&", "1", "fails"),
+                row("slot 1 in ?:", "2", "3"),
+                row("slot 2 in &&", "holds", "fails"),
+                row("slot 2 in &&", "holds", "fails")
+            ]
+        );
+        // `!` around it swaps both branches' targets; a connective in a branch keeps its own
+        assert_eq!(
+            steps("a == 1 || !(vip || x == 2 ? b < 1000 : b < 100 && c == 3)"),
+            vec![
+                row("slot 0 in ||", "holds", "1"),
+                row("slot 1 in ||", "3", "2"),
+                row("slot 2 in ||", "3", "4"),
+                row("slot 3 in !", "fails", "holds"),
+                row("slot 3 in &&", "5", "holds"),
+                row("slot 4 in &&", "fails", "holds")
+            ]
+        );
+        // a choice on its own is a single test, judged as before
+        assert_eq!(steps("vip ? b < 1000 : b < 100"), vec![]);
     }
 
     #[test]

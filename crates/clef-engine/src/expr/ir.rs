@@ -320,6 +320,8 @@ pub(crate) enum Within {
     Or,
     /// `!a`
     Not,
+    /// `c ? a : b`, for its condition `c` (the branches are judged by what holds the `?:`)
+    Choice,
 }
 
 impl Within {
@@ -329,6 +331,7 @@ impl Within {
             Within::And => "&&",
             Within::Or => "||",
             Within::Not => "!",
+            Within::Choice => "?:",
         }
     }
 }
