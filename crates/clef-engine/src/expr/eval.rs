@@ -16,10 +16,9 @@ pub struct Ctx<'a> {
     pub(crate) slots: Vec<SlotValue<'a>>,
     memos: Vec<Option<EvalResult<'a>>>,
     groups: Vec<Option<GroupState>>,
-    /// by predicate, two words a 64: answered this decision, answered `true` (allocated when
-    /// the decision first reaches a predicate; inline up to 256 predicates, so most decisions
-    /// allocate nothing for them)
-    pred_bits: SmallVec<[u64; 8]>,
+    /// by predicate, two words a 64: answered this decision, answered `true` (in the arena,
+    /// when the decision first reaches a predicate: a plain slice, read at every predicate step)
+    pred_bits: &'a mut [u64],
     /// the predicates that failed, with their errors (rare: a malformed input)
     pred_errors: Vec<(u32, EvalError)>,
     /// subjects of regexes translated into the table's alphabet this decision, by address
@@ -44,7 +43,7 @@ impl<'a> Ctx<'a> {
             slots,
             memos,
             groups,
-            pred_bits: SmallVec::new(),
+            pred_bits: &mut [],
             pred_errors: Vec::new(),
             translated: SmallVec::new(),
             arena,
@@ -105,7 +104,7 @@ impl<'a> Ctx<'a> {
             None => Ok(false),
         };
         if self.pred_bits.is_empty() {
-            self.pred_bits = SmallVec::from_elem(0, program.preds.len().div_ceil(64) * 2);
+            self.pred_bits = self.arena.alloc_slice_fill_copy(program.preds.len().div_ceil(64) * 2, 0);
         }
         let (word, mask) = ((id / 64) as usize * 2, 1u64 << (id % 64));
         if let Some(w) = self.pred_bits.get_mut(word) {
