@@ -32,13 +32,7 @@ pub(crate) fn compile(program: &mut Program) {
     for condition in &mut exprs {
         let start = if is_connective(condition) {
             let base = program.steps.len() as Target;
-            let mut builder = Builder {
-                atoms: &mut program.atoms,
-                atom_slots: &mut program.atom_slots,
-                base,
-                steps: Vec::new(),
-                labels: Vec::new(),
-            };
+            let mut builder = Builder { atoms: &mut program.atoms, base, steps: Vec::new(), labels: Vec::new() };
             builder.emit(condition, None, Goto::Outcome(HOLDS), Goto::Outcome(FAILS));
             let steps = builder.finish();
             program.steps.extend(steps);
@@ -65,7 +59,6 @@ enum Goto {
 /// One condition's steps while its labels are not all bound.
 struct Builder<'p> {
     atoms: &'p mut Vec<Node>,
-    atom_slots: &'p mut Vec<u32>,
     /// where this condition's first step goes in `Program::steps`
     base: Target,
     steps: Vec<(Test, Goto, Goto)>,
@@ -111,11 +104,11 @@ impl Builder<'_> {
             Node::Pred(id) => self.steps.push((Test::Pred(*id), if_true, if_false)),
             leaf => {
                 let atom = self.atoms.len() as u32;
-                self.atom_slots.push(operand_slot(leaf));
+                let slot = operand_slot(leaf);
                 self.atoms.push(std::mem::replace(leaf, Node::Atom(atom)));
                 // an empty `&&`/`||` (the parser makes none) is judged as the tree judges it
                 let within = within.unwrap_or(Within::And);
-                self.steps.push((Test::Atom { atom, within }, if_true, if_false));
+                self.steps.push((Test::Atom { atom, within, slot }, if_true, if_false));
             }
         }
     }
@@ -170,12 +163,12 @@ mod tests {
             .map(|s| {
                 let test = match s.test {
                     Test::Pred(id) => format!("pred {id}"),
-                    Test::Atom { atom, within } => {
+                    Test::Atom { atom, within, slot } => {
                         let node = format!("{:?}", program.atoms.get(atom as usize));
                         let in_node =
                             node.split("Slot(").nth(1).and_then(|r| r.split(')').next()).unwrap_or("?").to_string();
-                        match program.atom_slots.get(atom as usize).copied() {
-                            Some(slot) if slot != NO_SLOT => {
+                        match slot {
+                            slot if slot != NO_SLOT => {
                                 assert_eq!(slot.to_string(), in_node, "the atom's slot is its field's: {node}");
                                 format!("slot {slot} in {}", within.symbol())
                             }

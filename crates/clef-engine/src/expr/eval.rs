@@ -228,13 +228,11 @@ fn run_branching(start: Target, cx: &mut Ctx<'_>) -> Result<bool, EvalError> {
                 Some(answer) => answer?,
                 None => cx.pred(id)?,
             },
-            Test::Atom { atom, within } => match program.atoms.get(atom as usize) {
-                Some(test) => {
-                    match leaf_truth_of(test, program.atom_slots.get(atom as usize).copied().unwrap_or(NO_SLOT), cx) {
-                        Some(holds) => holds,
-                        None => eval_truth(test, cx, within.symbol())?,
-                    }
-                }
+            Test::Atom { atom, within, slot } => match program.atoms.get(atom as usize) {
+                Some(test) => match leaf_truth_of(test, slot, cx) {
+                    Some(holds) => holds,
+                    None => eval_truth(test, cx, within.symbol())?,
+                },
                 None => false,
             },
         };
@@ -272,7 +270,7 @@ fn leaf_truth<'a>(node: &'a Node, cx: &Ctx<'a>) -> Option<bool> {
     leaf_truth_of(node, NO_SLOT, cx)
 }
 
-/// [`leaf_truth`] of a test whose field's slot is known (`Program::atom_slots`), or
+/// [`leaf_truth`] of a test whose field's slot is known (from its step), or
 /// [`NO_SLOT`] to find it in the node.
 #[inline(always)]
 fn leaf_truth_of<'a>(node: &'a Node, known_slot: u32, cx: &Ctx<'a>) -> Option<bool> {

@@ -51,10 +51,6 @@ pub struct Program {
     pub(crate) steps: Vec<Step>,
     /// the tests of the branching programs, in the order the steps name them
     pub(crate) atoms: Vec<Node>,
-    /// by atom: the slot of the field its test reads (`f == "x"`, `f < 3`, `f in [...]`, `f`,
-    /// `!f`), or [`super::ir::NO_SLOT`]: read without loading the operand's node, which in a
-    /// table of tens of thousands of rules is a cache miss per test
-    pub(crate) atom_slots: Vec<u32>,
     /// the characters the table's regexes tell apart: their automata hold only those, and
     /// run on subjects translated into them ([`super::alphabet`])
     pub(crate) alphabet: Option<Arc<Alphabet>>,
