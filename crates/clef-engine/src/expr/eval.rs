@@ -531,6 +531,18 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         Node::Unary(UnOp::Not, x) => eval_truth(x, cx, "!").map(|b| !b),
         // comparisons always give a bool
         Node::Compare(cmp, a, b) => {
+            // `"x-debug" in headers`, the presence test policies repeat: the key is looked
+            // up in place, not built into a value and dispatched
+            if let (BinOp::In | BinOp::NotIn, Node::Const(Const::Str(key)), Node::Slot(s)) = (cmp, &**a, &**b) {
+                let present = match cx.slots.get(*s as usize) {
+                    Some(Ok(Value::Object(o))) => Some(o.has_key(key)),
+                    Some(Ok(Value::Nil)) => Some(false),
+                    _ => None,
+                };
+                if let Some(present) = present {
+                    return Ok(present != (*cmp == BinOp::NotIn));
+                }
+            }
             if let Some(holds) = numeric_compare(*cmp, a, b, cx) {
                 return Ok(holds);
             }
