@@ -167,12 +167,11 @@ mod tests {
                         let node = format!("{:?}", program.atoms.get(atom as usize));
                         let in_node =
                             node.split("Slot(").nth(1).and_then(|r| r.split(')').next()).unwrap_or("?").to_string();
-                        match slot {
-                            slot if slot != NO_SLOT => {
-                                assert_eq!(slot.to_string(), in_node, "the atom's slot is its field's: {node}");
-                                format!("slot {slot} in {}", within.symbol())
-                            }
-                            _ => format!("computed in {}", within.symbol()),
+                        if slot != NO_SLOT {
+                            assert_eq!(slot.to_string(), in_node, "the atom's slot is its field's: {node}");
+                            format!("slot {slot} in {}", within.symbol())
+                        } else {
+                            format!("computed in {}", within.symbol())
                         }
                     }
                 };

@@ -531,17 +531,11 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
         Node::Unary(UnOp::Not, x) => eval_truth(x, cx, "!").map(|b| !b),
         // comparisons always give a bool
         Node::Compare(cmp, a, b) => {
-            // `"x-debug" in headers`, the presence test policies repeat: the key is looked
-            // up in place, not built into a value and dispatched
-            if let (BinOp::In | BinOp::NotIn, Node::Const(Const::Str(key)), Node::Slot(s)) = (cmp, &**a, &**b) {
-                let present = match cx.slots.get(*s as usize) {
-                    Some(Ok(Value::Object(o))) => Some(o.has_key(key)),
-                    Some(Ok(Value::Nil)) => Some(false),
-                    _ => None,
-                };
-                if let Some(present) = present {
-                    return Ok(present != (*cmp == BinOp::NotIn));
-                }
+            // `"x-debug" in headers`, the presence test policies repeat: the container is
+            // read in place and the key not built into a value first
+            if let (BinOp::In | BinOp::NotIn, Node::Const(Const::Str(key))) = (cmp, &**a) {
+                let negate = *cmp == BinOp::NotIn;
+                return with_value(b, cx, |v| ops::contains_member(&Value::Str(key), v).map(|found| found != negate));
             }
             if let Some(holds) = numeric_compare(*cmp, a, b, cx) {
                 return Ok(holds);
