@@ -117,6 +117,9 @@ pub fn write_decision(table: &Table, d: &Decision, meta: &ResponseMeta<'_>, out:
         write_warnings(table, d, &mut String::new(), out);
     }
     if let Some(trace) = &d.trace {
+        // a trace is most of an explained response (hundreds of lines on a large table):
+        // room for it at once rather than doubling through it
+        out.reserve(trace.iter().map(|t| t.reason.len() + 64).sum());
         out.push_str(",\"trace\":[");
         for (i, t) in trace.iter().enumerate() {
             if i > 0 {

@@ -92,6 +92,14 @@ impl Expr {
 
     /// The direct sub-expressions, in evaluation order.
     pub fn children(&self) -> Vec<&Expr> {
+        let mut out = Vec::new();
+        self.for_each_child(|c| out.push(c));
+        out
+    }
+
+    /// Calls `f` on each direct sub-expression, in source order, without collecting them
+    /// (explanations walk every false rule's conjunct).
+    pub fn for_each_child<'e>(&'e self, mut f: impl FnMut(&'e Expr)) {
         match &self.kind {
             ExprKind::Nil
             | ExprKind::Bool(_)
@@ -99,26 +107,34 @@ impl Expr {
             | ExprKind::Float(_)
             | ExprKind::Str(_)
             | ExprKind::Field(_)
-            | ExprKind::Param(_) => Vec::new(),
-            ExprKind::Array(items) | ExprKind::Call(_, items) | ExprKind::Power(items) => items.iter().collect(),
-            ExprKind::And(items) | ExprKind::Or(items) => items.iter().collect(),
+            | ExprKind::Param(_) => {}
+            ExprKind::Array(items)
+            | ExprKind::Call(_, items)
+            | ExprKind::Power(items)
+            | ExprKind::And(items)
+            | ExprKind::Or(items) => items.iter().for_each(f),
             ExprKind::Access(base, steps) => {
-                let mut v = vec![&**base];
+                f(base);
                 for (s, _) in steps {
                     if let Step::Index(e) = s {
-                        v.push(e);
+                        f(e);
                     }
                 }
-                v
             }
-            ExprKind::Unary(_, e) => vec![e],
-            ExprKind::Binary(_, a, b) => vec![a, b],
+            ExprKind::Unary(_, e) => f(e),
+            ExprKind::Binary(_, a, b) => {
+                f(a);
+                f(b);
+            }
             ExprKind::Chain(first, rest) => {
-                let mut v = vec![&**first];
-                v.extend(rest.iter().map(|(_, e)| e));
-                v
+                f(first);
+                rest.iter().for_each(|(_, e)| f(e));
             }
-            ExprKind::Ternary(c, a, b) => vec![c, a, b],
+            ExprKind::Ternary(c, a, b) => {
+                f(c);
+                f(a);
+                f(b);
+            }
         }
     }
 }

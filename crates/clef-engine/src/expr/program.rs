@@ -32,6 +32,8 @@ pub(crate) fn recycle(mut slots: Vec<SlotValue<'_>>) -> Vec<SlotValue<'static>> 
 pub struct Program {
     /// every input path read, by slot number
     pub paths: Vec<Vec<PathSeg>>,
+    /// path → slot: explanations look up every field they show
+    pub(crate) by_path: FxHashMap<Vec<PathSeg>, u32>,
     /// top-level key → slot of the one-segment path
     pub roots: KeyTable,
     /// slots with more than one segment: (slot, slot of the first segment)
@@ -103,6 +105,7 @@ impl Program {
             (None, Some(PathSeg::Key(k))) => self.roots.insert(k.clone(), id),
             (None, _) => {}
         }
+        self.by_path.insert(path.clone(), id);
         self.paths.push(path);
         self.read.push(false);
         id
@@ -117,12 +120,12 @@ impl Program {
 
     /// The slot of `path`, if the program has one.
     pub(crate) fn find_slot(&self, path: &[PathSeg]) -> Option<u32> {
-        self.paths.iter().position(|p| p == path).map(|i| i as u32)
+        self.by_path.get(path).copied()
     }
 
     /// The slot that holds `path`, added when no expression reads it, so that
     /// the one pass of [`Program::fill_slots`] also reads it (the schema check
-    /// reads declared fields this way). Load time only: a linear search.
+    /// reads declared fields this way).
     pub fn slot_for(&mut self, path: &[PathSeg]) -> u32 {
         let slot = self.slot_of(path);
         self.mark_read(slot);

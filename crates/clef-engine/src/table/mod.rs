@@ -1,6 +1,7 @@
 //! Tables: loading any kind from a file, naming and versioning them, and
 //! turning a decision into the response body of SPEC §6.
 
+mod explain;
 pub mod flash;
 pub mod index;
 pub mod jev;

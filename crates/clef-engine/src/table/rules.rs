@@ -3,15 +3,15 @@
 
 use bumpalo::Bump;
 use rustc_hash::FxHashMap;
-use smallvec::SmallVec;
 
+use super::explain::{self, Parts};
 use super::index::{Candidates, RuleIndex};
 use super::template::{MissingValue, Template, TemplateError};
-use crate::expr::ast::{Expr, ExprKind, Step};
+use crate::expr::ast::Expr;
 use crate::expr::compile::compile_program;
 use crate::expr::eval::{self, Ctx};
-use crate::expr::ir::{Node, PathSeg};
-use crate::expr::json::{self, write_json_string};
+use crate::expr::ir::Node;
+use crate::expr::json::write_json_string;
 use crate::expr::ops::{self, EvalError};
 use crate::expr::program::{recycle, SlotValue};
 use crate::expr::value::{Const, Value};
@@ -276,6 +276,8 @@ pub struct RuleEngine {
     /// what the engine was built with besides its rules and params, to build it again with
     /// other parameter values ([`RuleEngine::with_params`])
     rebuild: Rebuild,
+    /// what explanations need of each rule, found when one first does
+    explained: Parts,
 }
 
 /// The parts of [`EngineParts`] an engine keeps to be built again.
@@ -320,6 +322,7 @@ impl RuleEngine {
         }
         let default_json = default_action.as_ref().map(|a| a.to_string()).unwrap_or_else(|| "null".into());
         let rebuild = Rebuild { schema: schema_spec, regex_size_limit, templates };
+        let rules_len = rules.len();
         Ok(RuleEngine {
             rules,
             program,
@@ -331,6 +334,7 @@ impl RuleEngine {
             default_json: default_json.into(),
             schema,
             rebuild,
+            explained: Parts::new(rules_len),
         })
     }
 
@@ -657,7 +661,7 @@ impl RuleEngine {
         previews: &mut Vec<Option<String>>,
     ) -> String {
         let Some(rule) = self.rules.get(r) else { return String::new() };
-        let parts = conjuncts(&rule.ast);
+        let parts = self.explained.of(r, rule, &self.program);
         // `a && b && …` compiles to as many nodes, anything else to one
         let nodes: &[Node] = match self.program.exprs.get(r) {
             Some(Node::And(nodes)) if parts.len() > 1 && nodes.len() == parts.len() => nodes,
@@ -665,31 +669,26 @@ impl RuleEngine {
             // folded: the reference evaluator knows the conjuncts
             _ => return self.why_not_reference(r, root),
         };
-        let arena = Bump::new();
-        let program = &self.program;
-        first_false(
-            rule,
-            &parts,
-            cx,
-            |i, cx| nodes.get(i).map_or(Ok(Value::Nil), |n| eval::eval(n, cx)),
-            |e, cx| {
-                let Some(slot) = path_of(e).and_then(|p| program.find_slot(&p)).map(|s| s as usize) else {
-                    // every field path an expression reads has a slot: this is a fallback
-                    return preview(reference::evaluate(e, root, &self.params, &arena));
-                };
-                if let Some(Some(shown)) = previews.get(slot) {
-                    return shown.clone();
+        for (i, (part, node)) in parts.iter().zip(nodes).enumerate() {
+            let v = eval::eval(node, cx);
+            if matches!(v, Ok(Value::Bool(true))) {
+                continue;
+            }
+            if let Some(reason) = explain::reason_from_slots(rule, part, &v, &cx.slots, previews) {
+                return reason;
+            }
+            // a field without a slot (every path a condition reads has one: a fallback)
+            let arena = Bump::new();
+            let Some(expr) = explain::conjuncts(&rule.ast).get(i).copied() else { break };
+            return explain::part_reason(rule, expr, &v, |e| {
+                let slot = explain::path_of(e).and_then(|p| self.program.find_slot(&p));
+                match slot.and_then(|s| cx.slots.get(s as usize)) {
+                    Some(value) => explain::preview(*value),
+                    None => explain::preview(reference::evaluate(e, root, &self.params, &arena)),
                 }
-                let shown = preview(cx.slots.get(slot).copied().unwrap_or(Ok(Value::Nil)));
-                if previews.len() <= slot {
-                    previews.resize(slot + 1, None);
-                }
-                if let Some(kept) = previews.get_mut(slot) {
-                    *kept = Some(shown.clone());
-                }
-                shown
-            },
-        )
+            });
+        }
+        format!("{} was false", rule.condition)
     }
 
     /// [`RuleEngine::why_not`] by the reference evaluator (the trace of
@@ -697,70 +696,16 @@ impl RuleEngine {
     fn why_not_reference(&self, r: usize, root: &Value<'_>) -> String {
         let Some(rule) = self.rules.get(r) else { return String::new() };
         let arena = Bump::new();
-        let parts = conjuncts(&rule.ast);
+        let parts = explain::conjuncts(&rule.ast);
         let params = &self.params;
-        first_false(
+        explain::first_false(
             rule,
             &parts,
             &mut (),
             |i, _| parts.get(i).map_or(Ok(Value::Nil), |part| reference::evaluate(part, root, params, &arena)),
-            |e, _| preview(reference::evaluate(e, root, params, &arena)),
+            |e, _| explain::preview(reference::evaluate(e, root, params, &arena)),
         )
     }
-}
-
-/// The top-level conjuncts of a condition (itself when it is not an `&&`), through
-/// parentheses: `a && (b && c)` has three, as it compiles to three nodes.
-fn conjuncts(e: &Expr) -> SmallVec<[&Expr; 8]> {
-    fn add<'e>(e: &'e Expr, out: &mut SmallVec<[&'e Expr; 8]>) {
-        match &e.kind {
-            ExprKind::And(items) => items.iter().for_each(|i| add(i, out)),
-            _ => out.push(e),
-        }
-    }
-    let mut out = SmallVec::new();
-    add(e, &mut out);
-    out
-}
-
-/// The reason of a false condition: the first of `parts` whose value (`value(i)`) is not
-/// `true`, with the values of the fields it reads (`field`: their [`preview`]).
-fn first_false<'e, 'v, C: ?Sized>(
-    rule: &'e Rule,
-    parts: &[&'e Expr],
-    cx: &mut C,
-    mut value: impl FnMut(usize, &mut C) -> SlotValue<'v>,
-    mut field: impl FnMut(&'e Expr, &mut C) -> String,
-) -> String {
-    for (i, part) in parts.iter().enumerate() {
-        let v = value(i, cx);
-        if matches!(v, Ok(Value::Bool(true))) {
-            continue;
-        }
-        let text = rule.condition.get(part.span.start..part.span.end).unwrap_or(&rule.condition);
-        let outcome = match v {
-            Ok(Value::Nil) => "was nil",
-            _ => "was false",
-        };
-        let mut seen: SmallVec<[(&str, &Expr); 4]> = SmallVec::new();
-        field_paths(part, &rule.condition, &mut seen);
-        // one string, written once: an explanation writes one of these per false rule
-        let mut reason = String::with_capacity(text.len() + 16 + seen.len() * 48);
-        reason.push_str(text);
-        reason.push(' ');
-        reason.push_str(outcome);
-        for (n, (path, e)) in seen.iter().enumerate() {
-            reason.push_str(if n == 0 { " (" } else { ", " });
-            reason.push_str(path);
-            reason.push_str(" = ");
-            reason.push_str(&field(e, cx));
-        }
-        if !seen.is_empty() {
-            reason.push(')');
-        }
-        return reason;
-    }
-    format!("{} was false", rule.condition)
 }
 
 /// Whether bit `i` of a rule bitset is set.
@@ -783,66 +728,4 @@ fn enabled_before(enabled: &[u64], count: usize, rule: Option<usize>) -> usize {
         n += (word & mask).count_ones() as usize;
     }
     n
-}
-
-/// What an explanation shows of a field's value: [`shorten`]ed, or the error reading it.
-fn preview(v: SlotValue<'_>) -> String {
-    match v {
-        Ok(v) => shorten(&v),
-        Err(e) => format!("<{e}>"),
-    }
-}
-
-/// A value as JSON, cut to 80 characters (77 and `...`): what an explanation shows of a field.
-/// Only the start of a large value is written.
-fn shorten(v: &Value<'_>) -> String {
-    const SHOWN: usize = 80;
-    let mut s = String::new();
-    // each character takes at most 4 bytes: 4 × 80 bytes hold the 80 characters shown
-    json::write_value_bounded(v, &mut s, 4 * SHOWN);
-    if s.chars().count() > SHOWN {
-        s = s.chars().take(SHOWN - 3).collect::<String>() + "...";
-    }
-    s
-}
-
-/// Field paths read by an expression, as written, each with its expression.
-fn field_paths<'e>(e: &'e Expr, src: &'e str, out: &mut SmallVec<[(&'e str, &'e Expr); 4]>) {
-    match &e.kind {
-        ExprKind::Field(_) => push_path(e, src, out),
-        ExprKind::Access(base, steps) if matches!(base.kind, ExprKind::Field(_)) => {
-            if steps.iter().all(|(s, _)| matches!(s, Step::Member(_))) {
-                push_path(e, src, out);
-            } else {
-                e.children().into_iter().for_each(|c| field_paths(c, src, out));
-            }
-        }
-        _ => e.children().into_iter().for_each(|c| field_paths(c, src, out)),
-    }
-}
-
-/// The input path of a field expression that [`field_paths`] collects (`a`, `a.b.c`).
-fn path_of(e: &Expr) -> Option<Vec<PathSeg>> {
-    match &e.kind {
-        ExprKind::Field(name) => Some(vec![PathSeg::Key(name.as_str().into())]),
-        ExprKind::Access(base, steps) => {
-            let ExprKind::Field(root) = &base.kind else { return None };
-            let mut path = vec![PathSeg::Key(root.as_str().into())];
-            for (step, _) in steps {
-                match step {
-                    Step::Member(m) => path.push(PathSeg::Key(m.as_str().into())),
-                    Step::Index(_) => return None,
-                }
-            }
-            Some(path)
-        }
-        _ => None,
-    }
-}
-
-fn push_path<'e>(e: &'e Expr, src: &'e str, out: &mut SmallVec<[(&'e str, &'e Expr); 4]>) {
-    let text = src.get(e.span.start..e.span.end).unwrap_or("?");
-    if !out.iter().any(|(t, _)| *t == text) {
-        out.push((text, e));
-    }
 }
