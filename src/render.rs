@@ -130,7 +130,14 @@ pub fn write_decision(table: &Table, d: &Decision, meta: &ResponseMeta<'_>, out:
             out.push_str(",\"matched\":");
             out.push_str(if t.matched { "true" } else { "false" });
             out.push_str(",\"reason\":");
-            write_json_string(&t.reason, out);
+            match &t.reason_json {
+                Some(escaped) => {
+                    out.push('"');
+                    out.push_str(escaped);
+                    out.push('"');
+                }
+                None => write_json_string(&t.reason, out),
+            }
             out.push('}');
         }
         out.push_str("],\"skipped\":");

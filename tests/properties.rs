@@ -644,13 +644,18 @@ fn decides_as_the_reference(table_json: &str, inputs: &[String]) -> Result<(), T
 }
 
 /// With explain, each rule the fast path tried is in the reference's trace (which tries every
-/// rule) with the same outcome and the same reason.
+/// rule) with the same outcome and the same reason; a reason written escaped for JSON too reads
+/// back as the reason.
 fn same_trace(fast: &Decision, slow: &Decision) -> Result<(), TestCaseError> {
     let Some(trace) = &fast.trace else { return Ok(()) };
     let reference = slow.trace.as_ref().expect("the reference decision has a trace");
     for entry in trace {
         let found = reference.iter().find(|e| e.rule == entry.rule);
         prop_assert_eq!(Some(entry), found, "trace of rule {}", entry.rule);
+        if let Some(escaped) = &entry.reason_json {
+            let read: Option<String> = serde_json::from_str(&format!("\"{escaped}\"")).ok();
+            prop_assert_eq!(read.as_deref(), Some(entry.reason.as_str()), "escaped reason of rule {}", entry.rule);
+        }
     }
     Ok(())
 }

@@ -187,7 +187,7 @@ fn operand<'a>(node: &'a Node, cx: &mut Ctx<'a>) -> EvalResult<'a> {
 }
 
 /// Whether a node always yields a bool when it succeeds.
-fn is_predicate(node: &Node) -> bool {
+pub(crate) fn is_predicate(node: &Node) -> bool {
     node.is_comparison() || matches!(node, Node::Pred(_) | Node::And(_) | Node::Or(_) | Node::Unary(UnOp::Not, _))
 }
 

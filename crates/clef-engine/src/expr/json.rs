@@ -118,7 +118,7 @@ pub fn write_json_string(s: &str, out: &mut String) {
 }
 
 /// The inside of a JSON string literal: `s` with the escapes JSON requires.
-fn write_escaped(s: &str, out: &mut String) {
+pub fn write_escaped(s: &str, out: &mut String) {
     let bytes = s.as_bytes();
     let mut plain_from = 0;
     while let Some(at) = next_escaped(bytes, plain_from) {

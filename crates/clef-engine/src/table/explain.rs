@@ -4,7 +4,9 @@
 //! An explained decision writes one such line per rule it tried: hundreds on a large table. So
 //! what a line needs of its rule (the conjuncts' text, the fields each reads and their slots)
 //! is found once per rule, the first time a decision explains it ([`Parts`]), and a field's
-//! value is written once per decision however many rules show it.
+//! value is written once per decision however many rules show it. Both are kept escaped for
+//! JSON too, and each line is written in both forms ([`Reason`]): a response then copies the
+//! line rather than escaping it again, which on paths like `a["b"]` is a quote every few bytes.
 
 use std::sync::OnceLock;
 
@@ -26,9 +28,38 @@ type Span = (u32, u32);
 pub(crate) struct Part {
     /// its text in the condition
     text: Span,
-    /// the fields it reads, in order, each as written and with its slot; `None` when one has
-    /// no slot (its value is then found from the syntax tree)
-    fields: Option<Box<[(Span, u32)]>>,
+    /// the same, escaped for a JSON string
+    text_json: Box<str>,
+    /// the fields it reads, in order; `None` when one has no slot (its value is then found
+    /// from the syntax tree)
+    fields: Option<Box<[Field]>>,
+}
+
+/// A field a conjunct reads, as its reason line shows it.
+#[derive(Debug)]
+struct Field {
+    /// as written in the condition
+    path: Span,
+    /// the same, escaped for a JSON string
+    path_json: Box<str>,
+    slot: u32,
+}
+
+/// A reason line, as written and escaped for a JSON string.
+#[derive(Debug, Default)]
+pub(crate) struct Reason {
+    pub(crate) text: String,
+    pub(crate) json: Option<String>,
+}
+
+/// By slot: what a decision's reason lines show of a field, written once per decision, as
+/// written and escaped for a JSON string.
+pub(crate) type Previews = Vec<Option<(String, String)>>;
+
+fn escaped(text: &str) -> Box<str> {
+    let mut out = String::with_capacity(text.len() + 8);
+    json::write_escaped(text, &mut out);
+    out.into()
 }
 
 /// By rule: its [`Part`]s, found the first time a decision explains the rule. Slots are the
@@ -61,43 +92,60 @@ impl Parts {
                     field_paths(part, &rule.condition, &mut seen);
                     let fields = seen
                         .iter()
-                        .map(|(_, e)| Some((span_of(e), program.find_slot(&path_of(e)?)?)))
+                        .map(|(path, e)| {
+                            let slot = program.find_slot(&path_of(e)?)?;
+                            Some(Field { path: span_of(e), path_json: escaped(path), slot })
+                        })
                         .collect::<Option<Box<[_]>>>();
-                    Part { text: span_of(part), fields }
+                    let text = span_of(part);
+                    let text_json = escaped(text_of(&rule.condition, text).unwrap_or(&rule.condition));
+                    Part { text, text_json, fields }
                 })
                 .collect()
         })
     }
 }
 
-/// The reason line of conjunct `i` of `rule` (its [`Part`] `part`), which came out as `v`:
-/// the fields' values from `slots`, each [`preview`]ed once per decision into `previews` (by
-/// slot). `None` when a field has no slot: [`part_reason`] then writes it from the tree.
+/// The reason line of `part`, a conjunct of `rule` that came out as `v`, in both forms: the
+/// fields' values from `slots`, each [`preview`]ed once per decision into `previews`. `None`
+/// when a field has no slot: [`part_reason`] then writes it from the tree.
 pub(crate) fn reason_from_slots(
     rule: &Rule,
     part: &Part,
     v: &SlotValue<'_>,
     slots: &[SlotValue<'_>],
-    previews: &mut Vec<Option<String>>,
-) -> Option<String> {
+    previews: &mut Previews,
+) -> Option<Reason> {
     let fields = part.fields.as_deref()?;
-    for &(_, slot) in fields {
-        let slot = slot as usize;
+    for field in fields {
+        let slot = field.slot as usize;
         if previews.len() <= slot {
             previews.resize(slot + 1, None);
         }
         if let Some(kept @ None) = previews.get_mut(slot) {
-            *kept = Some(preview(slots.get(slot).copied().unwrap_or(Ok(Value::Nil))));
+            let shown = preview(slots.get(slot).copied().unwrap_or(Ok(Value::Nil)));
+            let shown_json = escaped(&shown).into();
+            *kept = Some((shown, shown_json));
         }
     }
+    let shown = |field: &Field| previews.get(field.slot as usize).and_then(Option::as_ref);
     let text = text_of(&rule.condition, part.text).unwrap_or(&rule.condition);
-    Some(write_reason(text, v, fields.len(), |i, out| {
-        if let Some(&(path, slot)) = fields.get(i) {
-            out.push_str(text_of(&rule.condition, path).unwrap_or("?"));
+    let plain = write_reason(text, v, fields.len(), |i, out| {
+        if let Some(field) = fields.get(i) {
+            out.push_str(text_of(&rule.condition, field.path).unwrap_or("?"));
             out.push_str(" = ");
-            out.push_str(previews.get(slot as usize).and_then(Option::as_deref).unwrap_or("nil"));
+            out.push_str(shown(field).map_or("nil", |(plain, _)| plain));
         }
-    }))
+    });
+    // what joins the pieces (` was false (`, ` = `, `, `) needs no escape
+    let json = write_reason(&part.text_json, v, fields.len(), |i, out| {
+        if let Some(field) = fields.get(i) {
+            out.push_str(&field.path_json);
+            out.push_str(" = ");
+            out.push_str(shown(field).map_or("nil", |(_, json)| json));
+        }
+    });
+    Some(Reason { text: plain, json: Some(json) })
 }
 
 /// The top-level conjuncts of a condition (itself when it is not an `&&`), through

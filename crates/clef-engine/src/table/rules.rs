@@ -4,7 +4,7 @@
 use bumpalo::Bump;
 use rustc_hash::FxHashMap;
 
-use super::explain::{self, Parts};
+use super::explain::{self, Parts, Previews, Reason};
 use super::index::{Candidates, RuleIndex};
 use super::template::{MissingValue, Template, TemplateError};
 use crate::expr::ast::Expr;
@@ -178,7 +178,7 @@ impl std::fmt::Display for ParamsError {
 impl std::error::Error for ParamsError {}
 
 /// One line of `trace`: a rule that was evaluated.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct TraceEntry {
     /// index of the rule
     pub rule: usize,
@@ -186,6 +186,16 @@ pub struct TraceEntry {
     pub matched: bool,
     /// why (the failing sub-expression and the values it saw, or the match line)
     pub reason: String,
+    /// `reason` escaped for a JSON string, when the engine wrote it so (from each rule's text
+    /// escaped once, not per response): what a response copies rather than escaping `reason`
+    pub reason_json: Option<String>,
+}
+
+/// Entries are equal when they say the same: `reason_json` is only `reason` written for JSON.
+impl PartialEq for TraceEntry {
+    fn eq(&self, other: &TraceEntry) -> bool {
+        self.rule == other.rule && self.matched == other.matched && self.reason == other.reason
+    }
 }
 
 /// The outcome of evaluating one input.
@@ -489,7 +499,7 @@ impl RuleEngine {
         let mut candidates = Candidates::for_index(&self.index);
         // what the trace shows of each field, by slot: written once per decision, however
         // many false rules read the field
-        let mut previews: Vec<Option<String>> = Vec::new();
+        let mut previews: Previews = Vec::new();
         self.index.select(&mut cx, &mut candidates);
         self.index.for_each(&candidates, enabled, |r| {
             decision.evaluated += 1;
@@ -535,7 +545,7 @@ impl RuleEngine {
             decision.evaluated += 1;
             let outcome =
                 reference::evaluate(&rule.ast, root, &self.params, &arena).and_then(|v| ops::condition_outcome(&v));
-            let why = (outcome == Ok(false)).then(|| self.why_not_reference(r, root));
+            let why = (outcome == Ok(false)).then(|| Reason { text: self.why_not_reference(r, root), json: None });
             self.record(&mut decision, r, outcome, &slots, why);
             if decision.rule.is_some() {
                 break;
@@ -552,7 +562,7 @@ impl RuleEngine {
         r: usize,
         outcome: Result<bool, EvalError>,
         slots: &[SlotValue<'_>],
-        why: Option<String>,
+        why: Option<Reason>,
     ) {
         let Some(rule) = self.rules.get(r) else { return };
         let mut matched = matches!(outcome, Ok(true));
@@ -584,17 +594,21 @@ impl RuleEngine {
             decision.rule = Some(r);
         }
         if let Some(trace) = decision.trace.as_mut() {
-            let reason = reason.unwrap_or_else(|| match outcome {
-                Ok(true) => format!(
-                    "Rule {} matched: {} → {}",
-                    rule.id,
-                    rule.condition,
-                    decision.action.as_deref().unwrap_or(&rule.action_json)
-                ),
-                Ok(false) => why.unwrap_or_default(),
-                Err(e) => format!("error: {e}"),
-            });
-            trace.push(TraceEntry { rule: r, matched, reason });
+            let reason = match (reason, outcome) {
+                (Some(reason), _) => Reason { text: reason, json: None },
+                (None, Ok(true)) => Reason {
+                    text: format!(
+                        "Rule {} matched: {} → {}",
+                        rule.id,
+                        rule.condition,
+                        decision.action.as_deref().unwrap_or(&rule.action_json)
+                    ),
+                    json: None,
+                },
+                (None, Ok(false)) => why.unwrap_or_default(),
+                (None, Err(e)) => Reason { text: format!("error: {e}"), json: None },
+            };
+            trace.push(TraceEntry { rule: r, matched, reason: reason.text, reason_json: reason.json });
         }
     }
 
@@ -650,27 +664,28 @@ impl RuleEngine {
         }
     }
 
-    /// The first top-level conjunct that did not hold, with the values it read: the
-    /// conjuncts run compiled, in the decision's context (memos and pattern passes reused, no
-    /// regex built), and the fields are read from their slots.
-    fn why_not<'a>(
-        &'a self,
-        r: usize,
-        cx: &mut Ctx<'a>,
-        root: &Value<'_>,
-        previews: &mut Vec<Option<String>>,
-    ) -> String {
-        let Some(rule) = self.rules.get(r) else { return String::new() };
+    /// The first top-level conjunct that did not hold in rule `r`, whose condition came out
+    /// false, with the values it read: the conjuncts run compiled, in the decision's context
+    /// (memos and pattern passes reused, no regex built), and the fields are read from their
+    /// slots.
+    fn why_not<'a>(&'a self, r: usize, cx: &mut Ctx<'a>, root: &Value<'_>, previews: &mut Previews) -> Reason {
+        let Some(rule) = self.rules.get(r) else { return Reason::default() };
         let parts = self.explained.of(r, rule, &self.program);
         // `a && b && …` compiles to as many nodes, anything else to one
         let nodes: &[Node] = match self.program.exprs.get(r) {
             Some(Node::And(nodes)) if parts.len() > 1 && nodes.len() == parts.len() => nodes,
             Some(node) if parts.len() == 1 => std::slice::from_ref(node),
             // folded: the reference evaluator knows the conjuncts
-            _ => return self.why_not_reference(r, root),
+            _ => return Reason { text: self.why_not_reference(r, root), json: None },
         };
         for (i, (part, node)) in parts.iter().zip(nodes).enumerate() {
-            let v = eval::eval(node, cx);
+            // the condition was false: a whole condition that can only be a bool was `false`
+            // (a large table's rules are often one `||`, which need not run again)
+            let v = if nodes.len() == 1 && eval::is_predicate(node) {
+                Ok(Value::Bool(false))
+            } else {
+                eval::eval(node, cx)
+            };
             if matches!(v, Ok(Value::Bool(true))) {
                 continue;
             }
@@ -680,15 +695,16 @@ impl RuleEngine {
             // a field without a slot (every path a condition reads has one: a fallback)
             let arena = Bump::new();
             let Some(expr) = explain::conjuncts(&rule.ast).get(i).copied() else { break };
-            return explain::part_reason(rule, expr, &v, |e| {
+            let text = explain::part_reason(rule, expr, &v, |e| {
                 let slot = explain::path_of(e).and_then(|p| self.program.find_slot(&p));
                 match slot.and_then(|s| cx.slots.get(s as usize)) {
                     Some(value) => explain::preview(*value),
                     None => explain::preview(reference::evaluate(e, root, &self.params, &arena)),
                 }
             });
+            return Reason { text, json: None };
         }
-        format!("{} was false", rule.condition)
+        Reason { text: format!("{} was false", rule.condition), json: None }
     }
 
     /// [`RuleEngine::why_not`] by the reference evaluator (the trace of

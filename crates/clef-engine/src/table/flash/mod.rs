@@ -487,6 +487,7 @@ impl FlashTable {
                 rule: rule.unwrap_or(NO_CELL),
                 matched: rule.is_some(),
                 reason: self.reason(root),
+                reason_json: None,
             }]);
         }
         d
