@@ -211,6 +211,38 @@ fn decide_seed_bare_array_table_matches() {
     );
 }
 
+/// `clef decide … | head`: a reader that stops early ends the command quietly, with success,
+/// not with a panic (the output here, a trace of 2,000 long lines that no index skips, is far
+/// more than a pipe holds).
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules: Vec<Json> = (0..2000)
+        .map(|i| json!({"id": format!("r{i}"), "condition": format!("tag == other || tag == \"{}{i}\"", "x".repeat(100)), "action": {"n": i}}))
+        .collect();
+    let table = write(dir.path(), "long.json", json!({"name": "long", "rules": rules}).to_string());
+    let input = br#"{"tag": "y", "other": "z"}"#;
+    let whole = clef(&["decide", s(&table), "--explain"], Some(input));
+    assert!(whole.stdout.len() > 256 << 10, "the trace outgrows a pipe: {} bytes", whole.stdout.len());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clef"))
+        .args(["decide", s(&table), "--explain"])
+        .current_dir(root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let mut first = [0u8; 16];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    assert_eq!(&first[..1], b"{");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "status {:?}, stderr: {stderr}", o.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 #[test]
 fn decide_explain_adds_a_trace() {
     let table = tables().join("risk.json");

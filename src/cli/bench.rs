@@ -48,7 +48,7 @@ pub fn run(table_path: &Path, input_path: &Path, n: usize, json: bool, explain: 
     let per_second = n as f64 / total.as_secs_f64();
     let compile_ms = table.compile_time.as_secs_f64() * 1e3;
     if json {
-        println!(
+        outln!(
             "{{\"median_ns\":{:.0},\"p99_ns\":{:.0},\"per_second\":{:.0},\"compile_ms\":{:.3},\"decisions\":{n},\"rules\":{}}}",
             median,
             p99,
@@ -57,13 +57,13 @@ pub fn run(table_path: &Path, input_path: &Path, n: usize, json: bool, explain: 
             table.engine.outcome_count()
         );
     } else {
-        println!("table:      {} ({})", table.name, table.engine.summary());
-        println!("compile:    {compile_ms:.2} ms");
+        outln!("table:      {} ({})", table.name, table.engine.summary());
+        outln!("compile:    {compile_ms:.2} ms");
         let traced = if explain { ", with a trace" } else { "" };
-        println!("decisions:  {n} (input parsing included{traced}, one core)");
-        println!("median:     {}", human_ns(median));
-        println!("p99:        {}", human_ns(p99));
-        println!("per second: {per_second:.0} decisions per core");
+        outln!("decisions:  {n} (input parsing included{traced}, one core)");
+        outln!("median:     {}", human_ns(median));
+        outln!("p99:        {}", human_ns(p99));
+        outln!("per second: {per_second:.0} decisions per core");
     }
     0
 }

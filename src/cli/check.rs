@@ -73,7 +73,7 @@ pub fn run(paths: &[PathBuf]) -> i32 {
         };
         if inline.is_some() || table.tests.is_none() {
             let tests = inline.map(|n| format!(", {n} tests")).unwrap_or_default();
-            println!(
+            outln!(
                 "{shown}: ok ({} table \"{}\", {} {}{tests}, version {})",
                 table.kind.name(),
                 table.name,
@@ -97,7 +97,7 @@ pub fn run(paths: &[PathBuf]) -> i32 {
             tally.conflicts += 1;
         }
     }
-    println!("{}", tally.summary());
+    outln!("{}", tally.summary());
     i32::from(failed || tally.errors > 0 || tally.conflicts > 0)
 }
 
@@ -139,7 +139,7 @@ fn check_tests_file(path: &Path, table: Option<&Table>) -> bool {
     match test::load_tests_file(path, table) {
         Ok(list) => {
             let against = table.map(|t| format!(" for table \"{}\"", t.name)).unwrap_or_default();
-            println!("{shown}: ok ({} tests{against})", list.len());
+            outln!("{shown}: ok ({} tests{against})", list.len());
             true
         }
         Err(problems) => {
@@ -174,7 +174,7 @@ fn check_config(path: &Path, shown: &str) -> bool {
         eprintln!("{d}");
     }
     if errors == 0 {
-        println!("{shown}: ok (config)");
+        outln!("{shown}: ok (config)");
     }
     errors == 0
 }

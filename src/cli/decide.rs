@@ -25,7 +25,7 @@ pub fn run(table_path: &Path, input: Option<&Path>, explain: bool) -> i32 {
     let options = pipeline::Options { explain, ..pipeline::Options::default() };
     match pipeline::decide(&table, &body, &options, &mut out) {
         Ok(_) => {
-            println!("{out}");
+            outln!("{out}");
             0
         }
         Err(e) => {

@@ -17,9 +17,9 @@ pub fn run(old: &Path, new: &Path, json: bool) -> i32 {
         }
     };
     if json {
-        println!("{}", d.to_json());
+        outln!("{}", d.to_json());
     } else {
-        print!("{}", d.to_text());
+        out!("{}", d.to_text());
     }
     i32::from(!d.is_empty())
 }

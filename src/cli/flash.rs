@@ -39,7 +39,7 @@ pub fn compile(source_path: &Path, output: Option<&Path>) -> i32 {
         eprintln!("error: cannot write {}: {e}", out.display());
         return 1;
     }
-    println!(
+    outln!(
         "{}: flash table \"{}\" ({}), {} bytes, from {shown} (SHA-256 {})",
         out.display(),
         table_name(source_path),
@@ -75,7 +75,7 @@ pub fn inspect(path: &Path) -> i32 {
     };
     match cfb::read(&bytes) {
         Ok(table) => {
-            print!("{}", describe(path, &bytes, &table));
+            out!("{}", describe(path, &bytes, &table));
             0
         }
         Err(e) => {

@@ -1,5 +1,19 @@
 //! The command line (SPEC §2): argument parsing and one module per command.
 
+/// `println!` for a command's output on stdout: see [`write_stdout`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for a command's output on stdout: see [`write_stdout`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))
+    };
+}
+
 mod bench;
 mod check;
 mod decide;
@@ -16,6 +30,21 @@ use std::path::{Path, PathBuf};
 use std::fmt::Write as _;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// Writes a command's output to stdout. A reader that has gone (`clef decide … | head`) ends the
+/// process quietly with success, as it ends other Unix tools, rather than with a panic and a
+/// backtrace; any other failure to write is an error message and exit status 1.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("clef: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+}
 
 /// clef: decisions in microseconds, explained.
 #[derive(Debug, Parser)]
@@ -252,7 +281,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> i32 {
         }
         Command::Man { dir } => man(dir.as_deref()),
         Command::Version => {
-            println!("clef {}", env!("CARGO_PKG_VERSION"));
+            outln!("clef {}", env!("CARGO_PKG_VERSION"));
             0
         }
     }

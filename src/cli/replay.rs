@@ -16,9 +16,9 @@ pub fn run(paths: &[PathBuf], options: &Options, json: bool) -> i32 {
         }
     };
     if json {
-        println!("{}", report.to_json());
+        outln!("{}", report.to_json());
     } else {
-        print!("{}", report.to_text());
+        out!("{}", report.to_text());
     }
     for (path, e) in &report.read.unreadable {
         if json {

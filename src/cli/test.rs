@@ -325,19 +325,19 @@ pub fn run(paths: &[PathBuf], coverage: bool) -> i32 {
                 table_passed += 1;
             } else {
                 table_failed += 1;
-                println!("FAIL {}: {} ({})", table.name, test.name, test.source);
+                outln!("FAIL {}: {} ({})", table.name, test.name, test.source);
                 if let Some(e) = &outcome.error {
-                    println!("  error: {}: {e}", e.error_code().as_str());
+                    outln!("  error: {}: {e}", e.error_code().as_str());
                 }
                 for (key, expected, actual) in &outcome.diffs {
-                    println!("  - {key}: {expected}");
-                    println!("  + {key}: {actual}");
+                    outln!("  - {key}: {expected}");
+                    outln!("  + {key}: {actual}");
                 }
             }
         }
-        println!("{}: {} tests, {} passed, {} failed", table.name, tests.len(), table_passed, table_failed);
+        outln!("{}: {} tests, {} passed, {} failed", table.name, tests.len(), table_passed, table_failed);
         if tests.is_empty() {
-            println!("  warning: {} has no tests (add {})", table.name, tests_file_for(&path).display());
+            outln!("  warning: {} has no tests (add {})", table.name, tests_file_for(&path).display());
         }
         if coverage {
             let engine = &table.engine;
@@ -347,23 +347,23 @@ pub fn run(paths: &[PathBuf], coverage: bool) -> i32 {
             let missing: Vec<&str> =
                 (0..ids.len()).filter(|&i| on(i) && !reached.contains(&i)).map(|i| ids[i].as_str()).collect();
             let disabled: Vec<&str> = (0..ids.len()).filter(|&i| !on(i)).map(|i| ids[i].as_str()).collect();
-            println!(
+            outln!(
                 "  coverage: {}/{} enabled {} reached by a test",
                 enabled - missing.len(),
                 enabled,
                 engine.outcome_noun()
             );
             if !missing.is_empty() {
-                println!("  not reached: {}", missing.join(", "));
+                outln!("  not reached: {}", missing.join(", "));
             }
             if !disabled.is_empty() {
-                println!("  disabled (not counted): {}", disabled.join(", "));
+                outln!("  disabled (not counted): {}", disabled.join(", "));
             }
         }
         passed += table_passed;
         failed += table_failed;
     }
-    println!("{passed} passed, {failed} failed");
+    outln!("{passed} passed, {failed} failed");
     if errors > 0 {
         eprintln!("{errors} table(s) or test file(s) could not be loaded");
     }

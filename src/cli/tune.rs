@@ -23,7 +23,7 @@ pub fn export(table: &Path, config_path: Option<&Path>, state_dir: Option<&Path>
     };
     match crate::registry::overlay::export(table, &crate::tuning::Tuner::overlay_folder(&state_dir)) {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             0
         }
         Err(e) => {
