@@ -12,7 +12,6 @@ use std::sync::OnceLock;
 
 use smallvec::SmallVec;
 
-use super::rules::Rule;
 use crate::expr::ast::{Expr, ExprKind, Step};
 use crate::expr::ir::PathSeg;
 use crate::expr::json;
@@ -81,15 +80,16 @@ impl Parts {
         Parts((0..rules).map(|_| OnceLock::new()).collect())
     }
 
-    /// The parts of rule `r`, found now if no decision has needed them yet.
-    pub(crate) fn of(&self, r: usize, rule: &Rule, program: &Program) -> &[Part] {
+    /// The parts of rule `r` (its condition `ast`, written `condition`), found now if no
+    /// decision has needed them yet.
+    pub(crate) fn of(&self, r: usize, ast: &Expr, condition: &str, program: &Program) -> &[Part] {
         let Some(cell) = self.0.get(r) else { return &[] };
         cell.get_or_init(|| {
-            conjuncts(&rule.ast)
+            conjuncts(ast)
                 .into_iter()
                 .map(|part| {
                     let mut seen: SmallVec<[(&str, &Expr); 4]> = SmallVec::new();
-                    field_paths(part, &rule.condition, &mut seen);
+                    field_paths(part, condition, &mut seen);
                     let fields = seen
                         .iter()
                         .map(|(path, e)| {
@@ -98,7 +98,7 @@ impl Parts {
                         })
                         .collect::<Option<Box<[_]>>>();
                     let text = span_of(part);
-                    let text_json = escaped(text_of(&rule.condition, text).unwrap_or(&rule.condition));
+                    let text_json = escaped(text_of(condition, text).unwrap_or(condition));
                     Part { text, text_json, fields }
                 })
                 .collect()
@@ -106,11 +106,12 @@ impl Parts {
     }
 }
 
-/// The reason line of `part`, a conjunct of `rule` that came out as `v`, in both forms: the
-/// fields' values from `slots`, each [`preview`]ed once per decision into `previews`. `None`
-/// when a field has no slot: [`part_reason`] then writes it from the tree.
+/// The reason line of `part`, a conjunct of the rule written `condition` that came out as
+/// `v`, in both forms: the fields' values from `slots`, each [`preview`]ed once per decision
+/// into `previews`. `None` when a field has no slot: [`part_reason`] then writes it from the
+/// tree.
 pub(crate) fn reason_from_slots(
-    rule: &Rule,
+    condition: &str,
     part: &Part,
     v: &SlotValue<'_>,
     slots: &[SlotValue<'_>],
@@ -129,10 +130,10 @@ pub(crate) fn reason_from_slots(
         }
     }
     let shown = |field: &Field| previews.get(field.slot as usize).and_then(Option::as_ref);
-    let text = text_of(&rule.condition, part.text).unwrap_or(&rule.condition);
+    let text = text_of(condition, part.text).unwrap_or(condition);
     let plain = write_reason(text, v, fields.len(), |i, out| {
         if let Some(field) = fields.get(i) {
-            out.push_str(text_of(&rule.condition, field.path).unwrap_or("?"));
+            out.push_str(text_of(condition, field.path).unwrap_or("?"));
             out.push_str(" = ");
             out.push_str(shown(field).map_or("nil", |(plain, _)| plain));
         }
@@ -167,7 +168,7 @@ pub(crate) fn conjuncts(e: &Expr) -> SmallVec<[&Expr; 8]> {
 /// [`Parts`] does from a rule's found fields, this does from the syntax tree: the reference
 /// evaluator's explanations, and a conjunct reading a field with no slot.
 pub(crate) fn first_false<'e, 'v, C: ?Sized>(
-    rule: &'e Rule,
+    condition: &'e str,
     parts: &[&'e Expr],
     cx: &mut C,
     mut value: impl FnMut(usize, &mut C) -> SlotValue<'v>,
@@ -176,22 +177,23 @@ pub(crate) fn first_false<'e, 'v, C: ?Sized>(
     for (i, part) in parts.iter().enumerate() {
         let v = value(i, cx);
         if !matches!(v, Ok(Value::Bool(true))) {
-            return part_reason(rule, part, &v, |e| field(e, cx));
+            return part_reason(condition, part, &v, |e| field(e, cx));
         }
     }
-    format!("{} was false", rule.condition)
+    format!("{condition} was false")
 }
 
-/// The reason line of `part`, a conjunct of `rule` that came out as `v` rather than true.
+/// The reason line of `part`, a conjunct of the rule written `condition` that came out as `v`
+/// rather than true.
 pub(crate) fn part_reason<'e>(
-    rule: &'e Rule,
+    condition: &'e str,
     part: &'e Expr,
     v: &SlotValue<'_>,
     mut field: impl FnMut(&'e Expr) -> String,
 ) -> String {
     let mut seen: SmallVec<[(&str, &Expr); 4]> = SmallVec::new();
-    field_paths(part, &rule.condition, &mut seen);
-    let text = rule.condition.get(part.span.start..part.span.end).unwrap_or(&rule.condition);
+    field_paths(part, condition, &mut seen);
+    let text = condition.get(part.span.start..part.span.end).unwrap_or(condition);
     write_reason(text, v, seen.len(), |i, out| {
         if let Some((path, e)) = seen.get(i) {
             out.push_str(path);

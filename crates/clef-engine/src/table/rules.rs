@@ -670,7 +670,7 @@ impl RuleEngine {
     /// slots.
     fn why_not<'a>(&'a self, r: usize, cx: &mut Ctx<'a>, root: &Value<'_>, previews: &mut Previews) -> Reason {
         let Some(rule) = self.rules.get(r) else { return Reason::default() };
-        let parts = self.explained.of(r, rule, &self.program);
+        let parts = self.explained.of(r, &rule.ast, &rule.condition, &self.program);
         // `a && b && …` compiles to as many nodes, anything else to one
         let nodes: &[Node] = match self.program.exprs.get(r) {
             Some(Node::And(nodes)) if parts.len() > 1 && nodes.len() == parts.len() => nodes,
@@ -689,13 +689,13 @@ impl RuleEngine {
             if matches!(v, Ok(Value::Bool(true))) {
                 continue;
             }
-            if let Some(reason) = explain::reason_from_slots(rule, part, &v, &cx.slots, previews) {
+            if let Some(reason) = explain::reason_from_slots(&rule.condition, part, &v, &cx.slots, previews) {
                 return reason;
             }
             // a field without a slot (every path a condition reads has one: a fallback)
             let arena = Bump::new();
             let Some(expr) = explain::conjuncts(&rule.ast).get(i).copied() else { break };
-            let text = explain::part_reason(rule, expr, &v, |e| {
+            let text = explain::part_reason(&rule.condition, expr, &v, |e| {
                 let slot = explain::path_of(e).and_then(|p| self.program.find_slot(&p));
                 match slot.and_then(|s| cx.slots.get(s as usize)) {
                     Some(value) => explain::preview(*value),
@@ -715,7 +715,7 @@ impl RuleEngine {
         let parts = explain::conjuncts(&rule.ast);
         let params = &self.params;
         explain::first_false(
-            rule,
+            &rule.condition,
             &parts,
             &mut (),
             |i, _| parts.get(i).map_or(Ok(Value::Nil), |part| reference::evaluate(part, root, params, &arena)),
