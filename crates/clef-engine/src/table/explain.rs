@@ -51,6 +51,13 @@ pub(crate) struct Reason {
     pub(crate) json: Option<String>,
 }
 
+impl Reason {
+    /// A line written only as text (a response escapes it).
+    pub(crate) fn plain(text: String) -> Reason {
+        Reason { text, json: None }
+    }
+}
+
 /// By slot: what a decision's reason lines show of a field, written once per decision, as
 /// written and escaped for a JSON string.
 pub(crate) type Previews = Vec<Option<(String, String)>>;

@@ -545,7 +545,7 @@ impl RuleEngine {
             decision.evaluated += 1;
             let outcome =
                 reference::evaluate(&rule.ast, root, &self.params, &arena).and_then(|v| ops::condition_outcome(&v));
-            let why = (outcome == Ok(false)).then(|| Reason { text: self.why_not_reference(r, root), json: None });
+            let why = (outcome == Ok(false)).then(|| Reason::plain(self.why_not_reference(r, root)));
             self.record(&mut decision, r, outcome, &slots, why);
             if decision.rule.is_some() {
                 break;
@@ -595,18 +595,15 @@ impl RuleEngine {
         }
         if let Some(trace) = decision.trace.as_mut() {
             let reason = match (reason, outcome) {
-                (Some(reason), _) => Reason { text: reason, json: None },
-                (None, Ok(true)) => Reason {
-                    text: format!(
-                        "Rule {} matched: {} → {}",
-                        rule.id,
-                        rule.condition,
-                        decision.action.as_deref().unwrap_or(&rule.action_json)
-                    ),
-                    json: None,
-                },
+                (Some(reason), _) => Reason::plain(reason),
+                (None, Ok(true)) => Reason::plain(format!(
+                    "Rule {} matched: {} → {}",
+                    rule.id,
+                    rule.condition,
+                    decision.action.as_deref().unwrap_or(&rule.action_json)
+                )),
                 (None, Ok(false)) => why.unwrap_or_default(),
-                (None, Err(e)) => Reason { text: format!("error: {e}"), json: None },
+                (None, Err(e)) => Reason::plain(format!("error: {e}")),
             };
             trace.push(TraceEntry { rule: r, matched, reason: reason.text, reason_json: reason.json });
         }
@@ -676,7 +673,7 @@ impl RuleEngine {
             Some(Node::And(nodes)) if parts.len() > 1 && nodes.len() == parts.len() => nodes,
             Some(node) if parts.len() == 1 => std::slice::from_ref(node),
             // folded: the reference evaluator knows the conjuncts
-            _ => return Reason { text: self.why_not_reference(r, root), json: None },
+            _ => return Reason::plain(self.why_not_reference(r, root)),
         };
         for (i, (part, node)) in parts.iter().zip(nodes).enumerate() {
             // the condition was false: a whole condition that can only be a bool was `false`
@@ -702,9 +699,9 @@ impl RuleEngine {
                     None => explain::preview(reference::evaluate(e, root, &self.params, &arena)),
                 }
             });
-            return Reason { text, json: None };
+            return Reason::plain(text);
         }
-        Reason { text: format!("{} was false", rule.condition), json: None }
+        Reason::plain(format!("{} was false", rule.condition))
     }
 
     /// [`RuleEngine::why_not`] by the reference evaluator (the trace of
