@@ -18,7 +18,7 @@
 //! `?:`) so that an error names what the tree's would. The tree stays for explanations: its tests
 //! become `Node::Atom`s that point at the same nodes.
 
-use super::ir::{operand_slot, Node, Step, Target, Test, Within, FAILS, HOLDS, NO_PROGRAM};
+use super::ir::{operand_slot, Node, Step, Target, Test, Within, FAILS, HOLDS, NO_PROGRAM, NO_SLOT};
 use super::ops::UnOp;
 use super::program::Program;
 
@@ -32,7 +32,13 @@ pub(crate) fn compile(program: &mut Program) {
     for condition in &mut exprs {
         let start = if is_connective(condition) {
             let base = program.steps.len() as Target;
-            let mut builder = Builder { atoms: &mut program.atoms, base, steps: Vec::new(), labels: Vec::new() };
+            let mut builder = Builder {
+                atoms: &mut program.atoms,
+                preds: &program.preds,
+                base,
+                steps: Vec::new(),
+                labels: Vec::new(),
+            };
             builder.emit(condition, None, Goto::Outcome(HOLDS), Goto::Outcome(FAILS));
             let steps = builder.finish();
             program.steps.extend(steps);
@@ -59,6 +65,7 @@ enum Goto {
 /// One condition's steps while its labels are not all bound.
 struct Builder<'p> {
     atoms: &'p mut Vec<Node>,
+    preds: &'p [Node],
     /// where this condition's first step goes in `Program::steps`
     base: Target,
     steps: Vec<(Test, Goto, Goto)>,
@@ -101,7 +108,10 @@ impl Builder<'_> {
                 self.bind(on_false);
                 self.emit(b, within, if_true, if_false);
             }
-            Node::Pred(id) => self.steps.push((Test::Pred(*id), if_true, if_false)),
+            Node::Pred(id) => {
+                let slot = self.preds.get(*id as usize).map_or(NO_SLOT, operand_slot);
+                self.steps.push((Test::Pred { id: *id, slot }, if_true, if_false))
+            }
             leaf => {
                 let atom = self.atoms.len() as u32;
                 let slot = operand_slot(leaf);
@@ -162,7 +172,7 @@ mod tests {
             .iter()
             .map(|s| {
                 let test = match s.test {
-                    Test::Pred(id) => format!("pred {id}"),
+                    Test::Pred { id, .. } => format!("pred {id}"),
                     Test::Atom { atom, within, slot } => {
                         let node = format!("{:?}", program.atoms.get(atom as usize));
                         let in_node =

@@ -92,34 +92,86 @@ impl<'a> Ctx<'a> {
         })
     }
 
+    /// How many words of predicate bits this table's decisions need.
+    pub(crate) fn pred_words(&self) -> usize {
+        self.program.preds.len().div_ceil(64) * 2
+    }
+
+    /// Gives the decision `words` (zeroed, at least [`Ctx::pred_words`] long) for its
+    /// predicate bits. Without them the first predicate allocates its bits in the arena,
+    /// which for a table of a few predicates is most of what they cost a decision that
+    /// matches early.
+    pub(crate) fn lend_pred_bits(&mut self, words: &'a mut [u64]) {
+        if words.len() >= self.pred_words() {
+            self.pred_bits = words;
+        }
+    }
+
     /// The answer of predicate `id`, computed on first use.
     #[inline(never)]
     fn pred(&mut self, id: u32) -> Result<bool, EvalError> {
         if let Some(answer) = self.known_pred(id) {
             return answer;
         }
+        self.compute_pred(id, NO_SLOT)
+    }
+
+    /// Computes predicate `id`, which this decision has not answered yet; `slot` is the
+    /// slot of the field it tests, or [`NO_SLOT`] (see [`leaf_truth_of`]).
+    #[inline(never)]
+    fn compute_pred(&mut self, id: u32, slot: u32) -> Result<bool, EvalError> {
         let program = self.program;
         let answer = match program.preds.get(id as usize) {
-            Some(node) => leaf_truth(node, self).map_or_else(|| eval_truth(node, self, "?"), Ok),
+            Some(node) => leaf_truth_of(node, slot, self).map_or_else(|| eval_truth(node, self, "?"), Ok),
             None => Ok(false),
         };
+        match answer {
+            Ok(holds) => self.know_pred(id, holds),
+            Err(e) => {
+                self.know_pred(id, false);
+                self.pred_errors.push((id, e));
+            }
+        }
+        answer
+    }
+
+    /// The first answer of predicate `id` in a branching program: a field against a constant
+    /// is judged in place, as an atom is (`slot` from the step), without a call; the rest by
+    /// [`Ctx::compute_pred`].
+    #[inline(always)]
+    fn first_pred(&mut self, id: u32, slot: u32) -> Result<bool, EvalError> {
+        let program = self.program;
+        match program.preds.get(id as usize).and_then(|node| leaf_truth_of(node, slot, self)) {
+            Some(holds) => {
+                self.know_pred(id, holds);
+                Ok(holds)
+            }
+            None => self.compute_pred(id, slot),
+        }
+    }
+
+    /// Records that predicate `id` is answered this decision, `holds` or not (an error is
+    /// recorded as not holding, beside `pred_errors`).
+    #[inline(always)]
+    fn know_pred(&mut self, id: u32, holds: bool) {
         if self.pred_bits.is_empty() {
-            self.pred_bits = self.arena.alloc_slice_fill_copy(program.preds.len().div_ceil(64) * 2, 0);
+            self.alloc_pred_bits();
         }
         let (word, mask) = ((id / 64) as usize * 2, 1u64 << (id % 64));
         if let Some(w) = self.pred_bits.get_mut(word) {
             *w |= mask;
         }
-        match answer {
-            Ok(true) => {
-                if let Some(w) = self.pred_bits.get_mut(word + 1) {
-                    *w |= mask;
-                }
+        if holds {
+            if let Some(w) = self.pred_bits.get_mut(word + 1) {
+                *w |= mask;
             }
-            Ok(false) => {}
-            Err(e) => self.pred_errors.push((id, e)),
         }
-        answer
+    }
+
+    #[inline(never)]
+    #[cold]
+    fn alloc_pred_bits(&mut self) {
+        self.pred_bits = self.arena.alloc_slice_fill_copy(self.pred_words(), 0);
     }
 
     /// Sets memo `id` as if it had been computed (the rule index tries representative values).
@@ -224,9 +276,9 @@ fn run_branching(start: Target, cx: &mut Ctx<'_>) -> Result<bool, EvalError> {
     loop {
         let Some(step) = program.steps.get(at as usize) else { return Ok(false) };
         let holds = match step.test {
-            Test::Pred(id) => match cx.known_pred(id) {
+            Test::Pred { id, slot } => match cx.known_pred(id) {
                 Some(answer) => answer?,
-                None => cx.pred(id)?,
+                None => cx.first_pred(id, slot)?,
             },
             Test::Atom { atom, within, slot } => match program.atoms.get(atom as usize) {
                 Some(test) => match leaf_truth_of(test, slot, cx) {

@@ -301,7 +301,13 @@ pub(crate) struct Step {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Test {
     /// predicate `id`, answered once per decision
-    Pred(u32),
+    Pred {
+        /// which predicate
+        id: u32,
+        /// the slot of the field it reads, as for an atom's `slot`: its first answer in a
+        /// decision is then found as an atom's is
+        slot: u32,
+    },
     /// the node `Program::atoms[atom]`, judged as an item of `within`
     Atom {
         /// which node

@@ -491,8 +491,11 @@ impl RuleEngine {
         enabled: &[u64],
         decision: &mut Decision,
     ) -> Vec<SlotValue<'static>> {
+        // the predicate bits of a table of up to 512 predicates, without an allocation
+        let mut pred_words = [0u64; 16];
         let arena = Bump::new();
         let mut cx = Ctx::with_slots(&self.program, &arena, slots);
+        cx.lend_pred_bits(&mut pred_words);
         if explain {
             decision.trace = Some(Vec::new());
         }
