@@ -10,7 +10,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::ast::{Expr, ExprKind, Span, Step};
 use super::eval::{self, Ctx};
-use super::ir::{AccessStep, ConstSet, Node, PathSeg};
+use super::ir::{AccessStep, ConstSet, Node, PackedStrings, PathSeg};
 use super::json;
 use super::ops::{BinOp, Func};
 use super::patterns::{PatternGroup, PatternTest};
@@ -315,6 +315,7 @@ impl Compiler<'_> {
                 });
                 Node::InSet {
                     operand: Box::new(operand),
+                    strings: strings.is_none().then(|| PackedStrings::of(&items)),
                     set: Box::new(ConstSet { items, strings }),
                     negate: op == BinOp::NotIn,
                 }

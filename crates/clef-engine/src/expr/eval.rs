@@ -374,12 +374,16 @@ fn leaf_truth_of<'a>(node: &'a Node, known_slot: u32, cx: &Ctx<'a>) -> Option<bo
                 _ => return None,
             })
         }
-        Node::InSet { operand, set, negate } => {
+        Node::InSet { operand, set, strings, negate } => {
             let Value::Str(s) = slot(operand)? else { return None };
-            let found = match &set.strings {
-                Some(strings) => strings.contains(s),
+            // a short list is read in its packed form: one block, not an item and a string each
+            let found = match (strings, &set.strings) {
+                (Some(packed), _) => packed.contains(s),
+                (None, Some(hashed)) => hashed.contains(s),
                 // an item of another type is never equal to a string
-                None => set.items.iter().any(|c| matches!(c, Const::Str(b) if same_bytes(s.as_bytes(), b.as_bytes()))),
+                (None, None) => {
+                    set.items.iter().any(|c| matches!(c, Const::Str(b) if same_bytes(s.as_bytes(), b.as_bytes())))
+                }
             };
             Some(found != *negate)
         }
@@ -513,9 +517,10 @@ fn eval_truth<'a>(node: &'a Node, cx: &mut Ctx<'a>, op: &'static str) -> Result<
                 ops::compare(*op, x, y)
             })
         }
-        Node::InSet { operand: operand_node, set, negate } => with_value(operand_node, cx, |v| {
-            let found = match (&set.strings, v) {
-                (Some(strings), Value::Str(s)) => strings.contains(*s),
+        Node::InSet { operand: operand_node, set, strings, negate } => with_value(operand_node, cx, |v| {
+            let found = match (v, strings, &set.strings) {
+                (Value::Str(s), Some(packed), _) => packed.contains(s),
+                (Value::Str(s), None, Some(hashed)) => hashed.contains(*s),
                 _ => set.items.iter().any(|c| ops::equals(v, &Value::from_const(c))),
             };
             Ok(found != *negate)

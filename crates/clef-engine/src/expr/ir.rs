@@ -12,7 +12,7 @@ use memchr::memmem::Finder;
 use rustc_hash::FxHashSet;
 
 use super::ops::{BinOp, Func, UnOp};
-use super::value::Const;
+use super::value::{same_bytes, Const};
 
 /// A path into the input: `headers["user-agent"]` is `[Key("headers"), Key("user-agent")]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -72,6 +72,9 @@ pub enum Node {
         operand: Box<Node>,
         /// the literal list
         set: Box<ConstSet>,
+        /// its string items in one block when it is short (a long one's are hashed in `set`),
+        /// for the test of a string field in place
+        strings: Option<PackedStrings>,
         /// `not in`
         negate: bool,
     },
@@ -193,6 +196,61 @@ pub struct ConstSet {
     pub strings: Option<FxHashSet<Box<str>>>,
 }
 
+/// The string items of an `in` list in one allocation: their count and lengths (4 bytes each,
+/// little-endian), then their bytes one after another. Whether a string is among them then
+/// reads one block of memory, the lengths first (most items are told apart by length alone),
+/// where the list itself is a vector of constants each pointing to its own string: a cache
+/// miss per item once a table's tests no longer fit in the caches.
+#[derive(Debug, Default)]
+pub struct PackedStrings(Box<[u8]>);
+
+impl PackedStrings {
+    /// The strings of `items`, in order (items of other types are left out: they never equal
+    /// a string).
+    pub(crate) fn of(items: &[Const]) -> PackedStrings {
+        let strings: Vec<&[u8]> = items
+            .iter()
+            .filter_map(|c| match c {
+                Const::Str(s) if u32::try_from(s.len()).is_ok() => Some(s.as_bytes()),
+                _ => None,
+            })
+            .collect();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&(strings.len() as u32).to_le_bytes());
+        for s in &strings {
+            bytes.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        }
+        for s in &strings {
+            bytes.extend_from_slice(s);
+        }
+        PackedStrings(bytes.into_boxed_slice())
+    }
+
+    /// Whether `s` is one of the strings.
+    #[inline]
+    pub(crate) fn contains(&self, s: &str) -> bool {
+        let Some((count, rest)) = self.0.split_first_chunk::<4>() else { return false };
+        let count = u32::from_le_bytes(*count) as usize;
+        let Some((lengths, bytes)) = rest.split_at_checked(count.saturating_mul(4)) else { return false };
+        let mut at = 0usize;
+        for len in lengths.chunks_exact(4) {
+            let len = len.first_chunk::<4>().map_or(0, |l| u32::from_le_bytes(*l) as usize);
+            if len == s.len() && bytes.get(at..at + len).is_some_and(|item| same_bytes(item, s.as_bytes())) {
+                return true;
+            }
+            at += len;
+        }
+        false
+    }
+
+    /// The same strings in a fresh allocation (see [`lay_out_in_order`]); the old one is
+    /// returned to be kept until the relayout is done.
+    fn reallocate(&mut self) -> Box<[u8]> {
+        let fresh = self.0.clone();
+        std::mem::replace(&mut self.0, fresh)
+    }
+}
+
 /// Moves the nodes of `roots` into fresh allocations made in the order a decision reaches them
 /// (each tree depth first, the trees in order), so that evaluating rules one after another reads
 /// memory front to back. Compiling leaves a table's nodes wherever the allocator had room among
@@ -214,6 +272,7 @@ struct Vacated {
     boxes: Vec<Box<Node>>,
     lists: Vec<Vec<Node>>,
     chains: Vec<Vec<(BinOp, Node)>>,
+    bytes: Vec<Box<[u8]>>,
 }
 
 fn rebox(slot: &mut Box<Node>, old: &mut Vacated) {
@@ -250,10 +309,15 @@ fn lay_out(node: &mut Node, old: &mut Vacated) {
                 }
             }
         }
+        Node::InSet { operand, strings, .. } => {
+            rebox(operand, old);
+            if let Some(strings) = strings {
+                old.bytes.push(strings.reallocate());
+            }
+        }
         Node::Unary(_, x)
         | Node::EqConst { operand: x, .. }
         | Node::CmpConst { operand: x, .. }
-        | Node::InSet { operand: x, .. }
         | Node::StrTest { operand: x, .. }
         | Node::Regex { operand: x, .. }
         | Node::PatternHit { operand: x, .. } => rebox(x, old),
@@ -365,3 +429,29 @@ pub(crate) fn operand_slot(leaf: &Node) -> u32 {
 
 /// The start of a condition that has no branching program (a single test).
 pub(crate) const NO_PROGRAM: Target = u32::MAX;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A packed list holds exactly the strings of the list: lengths shared by several
+        /// items, the empty string, items of other types left out.
+        #[test]
+        fn packed_strings_hold_the_list_strings(
+            items in prop::collection::vec(prop_oneof!["[ab]{0,3}", ".{0,20}"], 0..12),
+            others in prop::collection::vec(-3i64..3, 0..3),
+            probe in prop_oneof!["[ab]{0,4}", ".{0,20}"],
+        ) {
+            let mut list: Vec<Const> = items.iter().map(|s| Const::Str(s.as_str().into())).collect();
+            list.extend(others.into_iter().map(Const::Int));
+            let packed = PackedStrings::of(&list);
+            for s in &items {
+                prop_assert!(packed.contains(s));
+            }
+            prop_assert_eq!(packed.contains(&probe), items.contains(&probe));
+            prop_assert!(!packed.contains("-1") || items.iter().any(|s| s == "-1"));
+        }
+    }
+}
