@@ -10,7 +10,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::ast::{Expr, ExprKind, Span, Step};
 use super::eval::{self, Ctx};
-use super::ir::{AccessStep, ConstSet, Node, PackedStrings, PathSeg};
+use super::ir::{AccessStep, ConstSet, ListStrings, Node, PathSeg};
 use super::json;
 use super::ops::{BinOp, Func};
 use super::patterns::{PatternGroup, PatternTest};
@@ -18,8 +18,6 @@ use super::program::Program;
 use super::value::Const;
 use super::ExprError;
 
-/// Lists of literals longer than this are hashed for `in`.
-const HASHED_SET_MIN: usize = 12;
 /// A subject with at least this many substring/regex tests gets one shared pass.
 const PATTERN_GROUP_MIN: usize = 4;
 /// Default cap on one regex's compiled size (bytes), as the regex crate counts it.
@@ -303,23 +301,12 @@ impl Compiler<'_> {
             (BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge, Node::Const(value), operand) => {
                 Node::CmpConst { operand: Box::new(operand), op, value, const_left: true }
             }
-            (BinOp::In | BinOp::NotIn, operand, Node::Const(Const::Array(items))) => {
-                let strings = (items.len() >= HASHED_SET_MIN).then(|| {
-                    items
-                        .iter()
-                        .filter_map(|c| match c {
-                            Const::Str(s) => Some(s.clone()),
-                            _ => None,
-                        })
-                        .collect()
-                });
-                Node::InSet {
-                    operand: Box::new(operand),
-                    strings: strings.is_none().then(|| PackedStrings::of(&items)),
-                    set: Box::new(ConstSet { items, strings }),
-                    negate: op == BinOp::NotIn,
-                }
-            }
+            (BinOp::In | BinOp::NotIn, operand, Node::Const(Const::Array(items))) => Node::InSet {
+                operand: Box::new(operand),
+                strings: ListStrings::of(&items),
+                set: Box::new(ConstSet { items }),
+                negate: op == BinOp::NotIn,
+            },
             (BinOp::Contains | BinOp::StartsWith | BinOp::EndsWith, operand, Node::Const(Const::Str(needle))) => {
                 str_test(op, operand, needle)
             }

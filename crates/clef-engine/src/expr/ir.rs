@@ -72,9 +72,9 @@ pub enum Node {
         operand: Box<Node>,
         /// the literal list
         set: Box<ConstSet>,
-        /// its string items in one block when it is short (a long one's are hashed in `set`),
-        /// for the test of a string field in place
-        strings: Option<PackedStrings>,
+        /// its string items, as a string needle is looked up among them (kept in the node, not
+        /// behind `set`: the test of a string field reads them in place)
+        strings: ListStrings,
         /// `not in`
         negate: bool,
     },
@@ -192,8 +192,41 @@ pub enum AccessStep {
 pub struct ConstSet {
     /// all items, in order
     pub items: Vec<Const>,
-    /// string items, hashed (only for long lists)
-    pub strings: Option<FxHashSet<Box<str>>>,
+}
+
+/// Lists at least this long have their strings hashed, shorter ones packed.
+const HASHED_LIST_MIN: usize = 12;
+
+/// The string items of an `in` list, as a string needle is looked up among them.
+#[derive(Debug)]
+pub enum ListStrings {
+    /// a short list's, in one block: a few length compares beat hashing the needle
+    Packed(PackedStrings),
+    /// a long list's, hashed
+    Hashed(Box<FxHashSet<Box<str>>>),
+}
+
+impl ListStrings {
+    /// The string items of `items` (the others never equal a string).
+    pub(crate) fn of(items: &[Const]) -> ListStrings {
+        if items.len() < HASHED_LIST_MIN {
+            return ListStrings::Packed(PackedStrings::of(items));
+        }
+        let strings = items.iter().filter_map(|c| match c {
+            Const::Str(s) => Some(s.clone()),
+            _ => None,
+        });
+        ListStrings::Hashed(Box::new(strings.collect()))
+    }
+
+    /// Whether `s` is one of the strings.
+    #[inline]
+    pub(crate) fn contains(&self, s: &str) -> bool {
+        match self {
+            ListStrings::Packed(packed) => packed.contains(s),
+            ListStrings::Hashed(hashed) => hashed.contains(s),
+        }
+    }
 }
 
 /// The string items of an `in` list in one allocation: their count and lengths (4 bytes each,
@@ -311,8 +344,8 @@ fn lay_out(node: &mut Node, old: &mut Vacated) {
         }
         Node::InSet { operand, strings, .. } => {
             rebox(operand, old);
-            if let Some(strings) = strings {
-                old.bytes.push(strings.reallocate());
+            if let ListStrings::Packed(packed) = strings {
+                old.bytes.push(packed.reallocate());
             }
         }
         Node::Unary(_, x)
@@ -452,6 +485,22 @@ mod tests {
             }
             prop_assert_eq!(packed.contains(&probe), items.contains(&probe));
             prop_assert!(!packed.contains("-1") || items.iter().any(|s| s == "-1"));
+        }
+
+        /// A list's strings, packed when it is short and hashed when it is long, hold exactly
+        /// its string items.
+        #[test]
+        fn list_strings_hold_the_list_strings(
+            items in prop::collection::vec("[ab]{0,3}", 0..30),
+            others in prop::collection::vec(-3i64..3, 0..3),
+            probe in "[ab]{0,4}",
+        ) {
+            let mut list: Vec<Const> = items.iter().map(|s| Const::Str(s.as_str().into())).collect();
+            list.extend(others.into_iter().map(Const::Int));
+            let strings = ListStrings::of(&list);
+            prop_assert_eq!(matches!(strings, ListStrings::Hashed(_)), list.len() >= HASHED_LIST_MIN);
+            prop_assert_eq!(strings.contains(&probe), items.contains(&probe));
+            prop_assert!(!strings.contains("-1"));
         }
     }
 }
