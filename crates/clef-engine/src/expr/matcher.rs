@@ -19,12 +19,10 @@
 //! table's patterns tell apart, and runs on text translated into them (see `alphabet`).
 
 use std::fmt;
-use std::panic::{RefUnwindSafe, UnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use regex_automata::hybrid;
 use regex_automata::nfa::thompson::{self, backtrack, pikevm, WhichCaptures, NFA};
-use regex_automata::util::pool::Pool;
 use regex_automata::util::prefilter::Prefilter;
 use regex_automata::util::syntax;
 use regex_automata::{Input, MatchKind, PatternSet};
@@ -67,13 +65,11 @@ impl fmt::Display for MatcherError {
     }
 }
 
-type CacheFn = Box<dyn Fn() -> Caches + Send + Sync + UnwindSafe + RefUnwindSafe>;
-
 /// One or more patterns compiled forward only; cheap to clone (the automata are shared).
 #[derive(Clone)]
 pub struct Matcher {
     engines: Arc<Engines>,
-    caches: Arc<Pool<Caches, CacheFn>>,
+    caches: Arc<CachePool>,
 }
 
 struct Engines {
@@ -100,6 +96,46 @@ struct Caches {
     relaxed: Option<hybrid::dfa::Cache>,
     backtrack: Option<backtrack::Cache>,
     pikevm: Option<pikevm::Cache>,
+}
+
+impl Caches {
+    fn new(engines: &Engines) -> Caches {
+        Caches {
+            dfa: engines.dfa.as_ref().map(hybrid::dfa::DFA::create_cache),
+            relaxed: None,
+            backtrack: None,
+            pikevm: None,
+        }
+    }
+}
+
+/// The idle [`Caches`] of a matcher: one per thread that has searched with it at once, lent
+/// out for a search and put back. The regex crate's own pool, made for one regex that many
+/// threads share, holds eight cache-line stacks and one thread's caches inline: about 1.5 KB a
+/// pattern before its first search, 8.7 MB of a 5,000-pattern table served. A moderation table
+/// has thousands of patterns, most of which never run on a given text, and clef's workers are
+/// few: an idle list costs a pattern 48 bytes until it runs.
+#[derive(Default)]
+struct CachePool {
+    // boxed: a search takes its caches out and puts them back, and moves a pointer, not the
+    // caches' kilobyte
+    #[allow(clippy::vec_box)]
+    idle: Mutex<Vec<Box<Caches>>>,
+}
+
+impl CachePool {
+    /// Runs `search` with idle caches, or new ones when every cache is lent out.
+    fn lend<R>(&self, engines: &Engines, search: impl FnOnce(&mut Caches) -> R) -> R {
+        // a poisoned lock only means a search panicked elsewhere: the caches it held went
+        // with it, and those left are whole
+        let idle = self.idle.lock().map_or(None, |mut idle| idle.pop());
+        let mut caches = idle.unwrap_or_else(|| Box::new(Caches::new(engines)));
+        let found = search(&mut caches);
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push(caches);
+        }
+        found
+    }
 }
 
 impl Matcher {
@@ -215,14 +251,7 @@ impl Matcher {
             backtrack,
             pikevm,
         });
-        let for_caches = Arc::clone(&engines);
-        let make: CacheFn = Box::new(move || Caches {
-            dfa: for_caches.dfa.as_ref().map(hybrid::dfa::DFA::create_cache),
-            relaxed: None,
-            backtrack: None,
-            pikevm: None,
-        });
-        Ok(Matcher { engines, caches: Arc::new(Pool::new(make)) })
+        Ok(Matcher { engines, caches: Arc::default() })
     }
 
     /// The (first) pattern as written.
@@ -257,9 +286,11 @@ impl Matcher {
     /// [`Matcher::is_match`] of a text already translated into [`Matcher::alphabet`] (or the
     /// text itself, when the matcher has no alphabet or the text is ASCII).
     pub fn is_match_translated(&self, text: &str) -> bool {
+        self.caches.lend(&self.engines, |caches| self.is_match_with(caches, text))
+    }
+
+    fn is_match_with(&self, caches: &mut Caches, text: &str) -> bool {
         let input = Input::new(text).earliest(true);
-        let mut caches = self.caches.get();
-        let caches = &mut *caches;
         if let (Some(dfa), Some(cache)) = (&self.engines.dfa, caches.dfa.as_mut()) {
             if let Ok(found) = dfa.try_search_fwd(cache, &input) {
                 return found.is_some();
@@ -292,10 +323,12 @@ impl Matcher {
 
     /// [`Matcher::which`] of a text already translated, as for [`Matcher::is_match_translated`].
     pub fn which_translated(&self, text: &str) -> PatternSet {
+        self.caches.lend(&self.engines, |caches| self.which_with(caches, text))
+    }
+
+    fn which_with(&self, caches: &mut Caches, text: &str) -> PatternSet {
         let input = Input::new(text);
         let mut found = PatternSet::new(self.engines.patterns.len());
-        let mut caches = self.caches.get();
-        let caches = &mut *caches;
         if let (Some(dfa), Some(cache)) = (&self.engines.dfa, caches.dfa.as_mut()) {
             if dfa.try_which_overlapping_matches(cache, &input, &mut found).is_ok() {
                 return found;
@@ -392,6 +425,34 @@ mod tests {
         );
         assert_eq!(set.which("calm").len(), 0);
         assert_eq!(set.pattern_len(), 3);
+    }
+
+    #[test]
+    fn threads_searching_at_once_each_get_caches_and_leave_at_most_one_each() {
+        // a Unicode `\b` beside non-ASCII text uses every cache: lazy DFA, relaxed, backtracker
+        let matcher = Matcher::new(r"\bgo\b|\d{3}", 10 << 20).unwrap();
+        let threads = 4;
+        let barrier = std::sync::Barrier::new(threads);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    barrier.wait();
+                    for i in 0..200 {
+                        assert!(matcher.is_match(&format!("é go {i}")));
+                        assert!(!matcher.is_match("égo stop"));
+                        assert_eq!(matcher.is_match(&format!("n{i}")), i >= 100);
+                    }
+                });
+            }
+        });
+        let idle = matcher.caches.idle.lock().map(|idle| idle.len()).unwrap_or(0);
+        assert!((1..=threads).contains(&idle), "{idle} idle caches after {threads} threads");
+        // one thread alone reuses one cache
+        let alone = Matcher::new(r"\bgo\b", 10 << 20).unwrap();
+        for _ in 0..50 {
+            assert!(alone.is_match("é go"));
+        }
+        assert_eq!(alone.caches.idle.lock().map(|idle| idle.len()).unwrap_or(0), 1);
     }
 
     #[test]

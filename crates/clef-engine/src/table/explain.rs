@@ -138,7 +138,15 @@ pub(crate) fn reason_from_slots(
     }
     let shown = |field: &Field| previews.get(field.slot as usize).and_then(Option::as_ref);
     let text = text_of(condition, part.text).unwrap_or(condition);
-    let plain = write_reason(text, v, fields.len(), |i, out| {
+    // the fields' `path = value` pieces, measured first: a reason is written into one string
+    // of its exact size, not grown (a trace writes two per false rule)
+    let (mut plain_bytes, mut json_bytes) = (0, 0);
+    for field in fields {
+        let (plain, json) = shown(field).map_or(("nil", "nil"), |(plain, json)| (plain.as_str(), json.as_str()));
+        plain_bytes += text_of(condition, field.path).map_or(1, str::len) + " = ".len() + plain.len();
+        json_bytes += field.path_json.len() + " = ".len() + json.len();
+    }
+    let plain = write_reason(text, v, fields.len(), plain_bytes, |i, out| {
         if let Some(field) = fields.get(i) {
             out.push_str(text_of(condition, field.path).unwrap_or("?"));
             out.push_str(" = ");
@@ -146,7 +154,7 @@ pub(crate) fn reason_from_slots(
         }
     });
     // what joins the pieces (` was false (`, ` = `, `, `) needs no escape
-    let json = write_reason(&part.text_json, v, fields.len(), |i, out| {
+    let json = write_reason(&part.text_json, v, fields.len(), json_bytes, |i, out| {
         if let Some(field) = fields.get(i) {
             out.push_str(&field.path_json);
             out.push_str(" = ");
@@ -201,7 +209,8 @@ pub(crate) fn part_reason<'e>(
     let mut seen: SmallVec<[(&str, &Expr); 4]> = SmallVec::new();
     field_paths(part, condition, &mut seen);
     let text = condition.get(part.span.start..part.span.end).unwrap_or(condition);
-    write_reason(text, v, seen.len(), |i, out| {
+    // the values are written as they are asked for: a guess of their size
+    write_reason(text, v, seen.len(), seen.len() * 48, |i, out| {
         if let Some((path, e)) = seen.get(i) {
             out.push_str(path);
             out.push_str(" = ");
@@ -211,14 +220,21 @@ pub(crate) fn part_reason<'e>(
 }
 
 /// `text was false (a = 1, b = "x")`: a conjunct that came out as `v`, then `fields` fields,
-/// each written by `field(i, out)` as `path = value`.
-fn write_reason(text: &str, v: &SlotValue<'_>, fields: usize, mut field: impl FnMut(usize, &mut String)) -> String {
+/// each written by `field(i, out)` as `path = value`, which take about `field_bytes` together.
+fn write_reason(
+    text: &str,
+    v: &SlotValue<'_>,
+    fields: usize,
+    field_bytes: usize,
+    mut field: impl FnMut(usize, &mut String),
+) -> String {
     let outcome = match v {
         Ok(Value::Nil) => "was nil",
         _ => "was false",
     };
     // one string, written once: an explanation writes one of these per false rule
-    let mut reason = String::with_capacity(text.len() + 16 + fields * 48);
+    // ` (` or `, ` before each field, and `)`
+    let mut reason = String::with_capacity(text.len() + 1 + outcome.len() + 2 * fields + 1 + field_bytes);
     reason.push_str(text);
     reason.push(' ');
     reason.push_str(outcome);

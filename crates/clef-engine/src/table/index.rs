@@ -199,6 +199,11 @@ impl Candidates {
     pub fn for_index(index: &RuleIndex) -> Candidates {
         Candidates { bits: Words::filled(index.words, u64::MAX) }
     }
+
+    /// How many columns are left possible: no fewer than the rules a decision will try.
+    pub fn count(&self) -> usize {
+        self.bits.get().iter().map(|w| w.count_ones() as usize).sum()
+    }
 }
 
 /// A bitset's words: on the stack for tables of up to 1024 columns.

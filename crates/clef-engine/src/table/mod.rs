@@ -688,6 +688,30 @@ mod tests {
     }
 
     #[test]
+    fn a_false_rules_reason_is_written_into_a_string_of_its_size() {
+        // long values (cut to 80 characters), several fields, nil, nested paths: a trace
+        // writes two strings per false rule and should not grow either
+        let file = br#"{"rules": [
+            {"id": "a", "condition": "user.age > user.score * 20 && user.name contains \"zz\"", "action": {"n": 1}},
+            {"id": "b", "condition": "user[\"bio-text\"] contains \"zzz\"", "action": {"n": 2}},
+            {"id": "c", "condition": "(user.missing ?? user.nothing) != nil", "action": {"n": 3}},
+            {"id": "d", "condition": "user.age + user.score > 1000 && user.name != nil", "action": {"n": 4}}
+        ], "default": {"n": 0}}"#;
+        let table = Table::from_bytes(Path::new("sized.json"), file, &Limits::default()).expect("loads");
+        let bio = "é long biography ".repeat(20);
+        let input = format!(r#"{{"user": {{"name": "a name", "age": 30, "score": 7, "bio-text": "{bio}"}}}}"#);
+        let d = table.decide(input.as_bytes(), true).expect("decides");
+        let trace = d.trace.expect("a trace");
+        assert_eq!(trace.len(), 4, "{trace:?}");
+        for entry in &trace {
+            assert!(entry.reason.contains("was"), "{entry:?}");
+            assert_eq!(entry.reason.capacity(), entry.reason.len(), "{:?}", entry.reason);
+            let json = entry.reason_json.as_ref().expect("written for JSON");
+            assert_eq!(json.capacity(), json.len(), "{json:?}");
+        }
+    }
+
+    #[test]
     fn a_load_error_lists_the_first_problems_and_counts_the_others() {
         let problems = |n: usize| -> Vec<Diagnostic> {
             (1..=n).map(|i| Diagnostic::whole_file("t.json", format!("problem {i}"))).collect()

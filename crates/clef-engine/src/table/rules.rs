@@ -496,14 +496,15 @@ impl RuleEngine {
         let arena = Bump::new();
         let mut cx = Ctx::with_slots(&self.program, &arena, slots);
         cx.lend_pred_bits(&mut pred_words);
-        if explain {
-            decision.trace = Some(Vec::new());
-        }
         let mut candidates = Candidates::for_index(&self.index);
         // what the trace shows of each field, by slot: written once per decision, however
         // many false rules read the field
         let mut previews: Previews = Vec::new();
         self.index.select(&mut cx, &mut candidates);
+        if explain {
+            // a line for each rule tried, hundreds on a large table: not grown line by line
+            decision.trace = Some(Vec::with_capacity(candidates.count().min(self.rules.len())));
+        }
         self.index.for_each(&candidates, enabled, |r| {
             decision.evaluated += 1;
             let outcome = eval::eval_rule(r, &mut cx);
