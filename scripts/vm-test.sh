@@ -61,11 +61,22 @@ missing() {
   case " ${need[*]} " in *" qemu-system-arm "*) [[ " ${need[*]} " == *" qemu-utils "* ]] || need+=(qemu-utils) ;; esac
   [ ${#need[@]} -gt 0 ]
 }
+# A qemu-utils newer than the release's qemu (a backport some images come with) breaks the
+# release's qemu-system-common: qemu-utils is then installed at qemu-system-arm's version.
+install_packages() {
+  local pkgs=() p qemu
+  qemu=$(apt-cache policy qemu-system-arm | awk '/Candidate:/ {print $2}')
+  for p in "$@"; do
+    if [ "$p" = qemu-utils ] && [ -n "$qemu" ] && [ "$qemu" != "(none)" ]; then p="qemu-utils=$qemu"; fi
+    pkgs+=("$p")
+  done
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-downgrades "${pkgs[@]}"
+}
 # twice: an install can remove what an earlier check found
 for _ in 1 2; do
   missing || break
   say "installing ${need[*]}"
-  { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"; } >>/tmp/clef-vm-apt.log 2>&1 ||
+  { DEBIAN_FRONTEND=noninteractive apt-get update -qq && install_packages "${need[@]}"; } >>/tmp/clef-vm-apt.log 2>&1 ||
     die "apt-get could not install ${need[*]} (see /tmp/clef-vm-apt.log)"
 done
 ! missing || die "still missing after installing: ${need[*]} (see /tmp/clef-vm-apt.log)"
